@@ -1,0 +1,343 @@
+#include "engine/engine.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace onebox {
+namespace {
+
+// Below this much estimated work a call runs inline: waking a worker costs more than the work.
+constexpr double kInlineNs = 40e3;
+// Target work per chunk when the work is spread over the workers.
+constexpr double kChunkNs = 100e3;
+
+std::vector<size_t> RowShape(size_t rows, const std::vector<int64_t>& shape) {
+  std::vector<size_t> s{rows};
+  for (int64_t d : shape) s.push_back(static_cast<size_t>(d));
+  return s;
+}
+
+void InitResults(ResultBuffers* r, size_t rows, const EnvSpec& spec) {
+  const Space& o = spec.observation;
+  const size_t k = spec.info_keys.size();
+  r->obs.Init(o.dtype, RowShape(rows, o.shape));
+  r->final_obs.Init(o.dtype, RowShape(rows, o.shape));
+  r->reward.Init(DType::kFloat64, {rows});
+  r->terminated.Init(DType::kBool, {rows});
+  r->truncated.Init(DType::kBool, {rows});
+  r->final.Init(DType::kBool, {rows});
+  r->info.Init(DType::kFloat64, {rows, k});
+  r->final_info.Init(DType::kFloat64, {rows, k});
+  r->env_id.Init(DType::kInt32, {rows});
+}
+
+// Copy row `src` of every per-env buffer to row `dst` of the batch buffers.
+void CopyRow(Buffer& from, size_t src, Buffer& to, size_t dst) {
+  const size_t row = from.bytes.size() / from.shape[0];
+  if (row) std::memcpy(to.bytes.data() + dst * row, from.bytes.data() + src * row, row);
+}
+
+}  // namespace
+
+Engine::Engine(const EnvSpec& spec, const EngineOptions& opt) : spec_(spec), opt_(opt) {
+  const int n = opt.num_envs;
+  if (n <= 0) throw std::invalid_argument("num_envs must be positive");
+  if (opt.batch_size <= 0 || opt.batch_size > n)
+    throw std::invalid_argument("batch_size must be in [1, num_envs]");
+  if (opt.num_threads < 0) throw std::invalid_argument("num_threads must be >= 0");
+  obs_size_ = static_cast<size_t>(spec.observation.Size());
+  act_size_ = static_cast<size_t>(spec.action.discrete ? 1 : spec.action.Size());
+  info_size_ = spec.info_keys.size();
+  InitResults(&per_env_, n, spec);
+  InitResults(&batch_, opt.batch_size, spec);
+  actions_.Init(spec.action.dtype,
+                RowShape(n, spec.action.discrete ? std::vector<int64_t>{} : spec.action.shape));
+  rng_.resize(n);
+  seed_.resize(n);
+  episode_.assign(n, 0);
+  elapsed_.assign(n, 0);
+  op_.assign(n, kReset);
+  needs_reset_.assign(n, 0);
+  inflight_.assign(n, 0);
+  mark_.assign(n, 0);
+  all_ids_.resize(n);
+  pending_.resize(n);
+  done_.resize(n);
+  for (int i = 0; i < n; ++i) {
+    all_ids_[i] = i;
+    seed_[i] = opt.seed + static_cast<uint64_t>(i);
+    per_env_.env_id.As<int32_t>()[i] = i;
+  }
+  scratch_.assign(opt.num_threads + 1, std::vector<int32_t>(n));
+  for (int k = 0; k < opt.num_threads; ++k) workers_.emplace_back([this, k] { WorkerLoop(k); });
+}
+
+Engine::~Engine() { Close(); }
+
+void Engine::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  closed_ = true;
+}
+
+void Engine::CheckUsable() {
+  if (closed_) throw std::logic_error("the env pool is closed; make a new one");
+  if (failed_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    throw std::runtime_error("an env raised an error and the pool is unusable: " + error_);
+  }
+}
+
+void Engine::ApplySeeds(const std::vector<uint64_t>& seeds) {
+  if (seeds.empty()) return;
+  if (seeds.size() != seed_.size())
+    throw std::invalid_argument("expected " + std::to_string(seed_.size()) + " seeds, got " +
+                                std::to_string(seeds.size()));
+  seed_ = seeds;
+  std::fill(episode_.begin(), episode_.end(), 0);
+}
+
+void Engine::ValidateIds(const int32_t* ids, int n) {
+  if (n <= 0) throw std::invalid_argument("send() needs at least one env id");
+  if (++mark_gen_ == 0) {  // wrapped: clear stale marks
+    std::fill(mark_.begin(), mark_.end(), 0);
+    mark_gen_ = 1;
+  }
+  for (int k = 0; k < n; ++k) {
+    const int32_t id = ids[k];
+    if (id < 0 || id >= opt_.num_envs)
+      throw std::invalid_argument("env id " + std::to_string(id) + " is out of range [0, " +
+                                  std::to_string(opt_.num_envs) + ")");
+    if (mark_[id] == mark_gen_)
+      throw std::invalid_argument("env id " + std::to_string(id) + " appears twice in one send()");
+    mark_[id] = mark_gen_;
+    if (inflight_[id])
+      throw std::invalid_argument("env id " + std::to_string(id) +
+                                  " was already sent and not yet received; recv() it first");
+  }
+}
+
+void Engine::ValidateActions(const void* actions, const int32_t* ids, int n) const {
+  const Space& a = spec_.action;
+  if (a.discrete) {
+    const int64_t* v = static_cast<const int64_t*>(actions);
+    for (int k = 0; k < n; ++k)
+      if (v[k] < 0 || v[k] >= a.n)
+        throw std::invalid_argument("action " + std::to_string(v[k]) + " for env " +
+                                    std::to_string(ids[k]) + " is out of range: Discrete(" +
+                                    std::to_string(a.n) + ") takes 0.." + std::to_string(a.n - 1));
+  } else if (a.dtype == DType::kFloat32) {
+    const float* v = static_cast<const float*>(actions);
+    for (size_t j = 0; j < static_cast<size_t>(n) * act_size_; ++j)
+      if (std::isnan(v[j]))
+        throw std::invalid_argument("action for env " + std::to_string(ids[j / act_size_]) +
+                                    " contains NaN; NaN actions are rejected (finite values "
+                                    "outside the bounds are clipped by the env)");
+  }
+}
+
+void Engine::Reset(const std::vector<uint64_t>& seeds) {
+  std::lock_guard<std::mutex> api(api_mu_);
+  CheckUsable();
+  if (inflight_count_) {  // drop outstanding async work: a reset starts everything anew
+    WaitDone(inflight_count_);
+    std::fill(inflight_.begin(), inflight_.end(), 0);
+    inflight_count_ = 0;
+  }
+  ApplySeeds(seeds);
+  std::fill(op_.begin(), op_.end(), kReset);
+  Dispatch(all_ids_.data(), opt_.num_envs, true);
+  WaitDone(opt_.num_envs);
+  CheckUsable();
+}
+
+void Engine::Step(const void* actions) {
+  std::lock_guard<std::mutex> api(api_mu_);
+  CheckUsable();
+  if (inflight_count_)
+    throw std::logic_error(std::to_string(inflight_count_) +
+                           " envs have async steps pending; recv() them or reset() before step()");
+  ValidateActions(actions, all_ids_.data(), opt_.num_envs);
+  std::memcpy(actions_.bytes.data(), actions, actions_.bytes.size());
+  std::fill(op_.begin(), op_.end(), kStep);
+  Dispatch(all_ids_.data(), opt_.num_envs, true);
+  WaitDone(opt_.num_envs);
+  CheckUsable();
+}
+
+void Engine::AsyncReset(const std::vector<uint64_t>& seeds) {
+  std::lock_guard<std::mutex> api(api_mu_);
+  CheckUsable();
+  if (inflight_count_) WaitDone(inflight_count_);
+  ApplySeeds(seeds);
+  std::fill(op_.begin(), op_.end(), kReset);
+  std::fill(inflight_.begin(), inflight_.end(), 1);
+  inflight_count_ = opt_.num_envs;
+  Dispatch(all_ids_.data(), opt_.num_envs, false);
+}
+
+void Engine::Send(const void* actions, const int32_t* ids, int n) {
+  std::lock_guard<std::mutex> api(api_mu_);
+  CheckUsable();
+  ValidateIds(ids, n);
+  ValidateActions(actions, ids, n);
+  const size_t row = actions_.bytes.size() / opt_.num_envs;
+  const unsigned char* src = static_cast<const unsigned char*>(actions);
+  for (int k = 0; k < n; ++k) {
+    std::memcpy(actions_.bytes.data() + ids[k] * row, src + k * row, row);
+    op_[ids[k]] = kStep;
+    inflight_[ids[k]] = 1;
+  }
+  inflight_count_ += n;
+  Dispatch(ids, n, false);
+}
+
+void Engine::Recv() {
+  std::lock_guard<std::mutex> api(api_mu_);
+  CheckUsable();
+  const int b = opt_.batch_size;
+  if (inflight_count_ == 0)
+    throw std::logic_error("recv() with nothing pending; call send() or async_reset() first");
+  if (inflight_count_ < b)
+    throw std::logic_error("recv() would wait forever: " + std::to_string(inflight_count_) +
+                           " envs are pending but batch_size is " + std::to_string(b) +
+                           "; send() more envs first");
+  {
+    std::unique_lock<std::mutex> lock(done_mu_);
+    done_cv_.wait(lock, [&] { return done_count_ >= b || !error_.empty(); });
+    if (!error_.empty()) throw std::runtime_error("an env raised an error: " + error_);
+    int32_t* out_ids = batch_.env_id.As<int32_t>();
+    const size_t cap = done_.size();
+    for (int k = 0; k < b; ++k) {
+      out_ids[k] = done_[done_tail_];
+      done_tail_ = (done_tail_ + 1) % cap;
+    }
+    done_count_ -= b;
+  }
+  const int32_t* out_ids = batch_.env_id.As<int32_t>();
+  for (int k = 0; k < b; ++k) {
+    const int32_t i = out_ids[k];
+    CopyRow(per_env_.obs, i, batch_.obs, k);
+    CopyRow(per_env_.reward, i, batch_.reward, k);
+    CopyRow(per_env_.terminated, i, batch_.terminated, k);
+    CopyRow(per_env_.truncated, i, batch_.truncated, k);
+    CopyRow(per_env_.info, i, batch_.info, k);
+    CopyRow(per_env_.final, i, batch_.final, k);
+    if (per_env_.final.As<uint8_t>()[i]) {
+      CopyRow(per_env_.final_obs, i, batch_.final_obs, k);
+      CopyRow(per_env_.final_info, i, batch_.final_info, k);
+    }
+    inflight_[i] = 0;
+  }
+  inflight_count_ -= b;
+}
+
+void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps) {
+  const double est = n * cost_ns_.load(std::memory_order_relaxed);
+  if (workers_.empty() || est < kInlineNs) {
+    Execute(ids, n);
+    return;
+  }
+  const int slots = static_cast<int>(workers_.size()) + (caller_helps ? 1 : 0);
+  const int chunks = std::min(n, std::max(slots, std::min(4 * slots, static_cast<int>(est / kChunkNs))));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    chunk_size_ = (n + chunks - 1) / chunks;
+    const size_t cap = pending_.size();
+    for (int k = 0; k < n; ++k) {
+      pending_[pending_head_] = ids[k];
+      pending_head_ = (pending_head_ + 1) % cap;
+    }
+    pending_count_.fetch_add(n, std::memory_order_release);
+  }
+  work_cv_.notify_all();
+  if (caller_helps) {
+    int32_t* local = scratch_.back().data();
+    while (true) {
+      int k;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        k = PopChunkLocked(local);
+      }
+      if (k == 0) break;
+      Execute(local, k);
+    }
+  }
+}
+
+int Engine::PopChunkLocked(int32_t* out) {
+  const int n = std::min(chunk_size_, pending_count_.load(std::memory_order_relaxed));
+  const size_t cap = pending_.size();
+  for (int j = 0; j < n; ++j) {
+    out[j] = pending_[pending_tail_];
+    pending_tail_ = (pending_tail_ + 1) % cap;
+  }
+  pending_count_.fetch_sub(n, std::memory_order_relaxed);
+  return n;
+}
+
+void Engine::Execute(const int32_t* ids, int n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string err;
+  try {
+    RunChunk(ids, n);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  const double dt = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  const double old = cost_ns_.load(std::memory_order_relaxed);
+  cost_ns_.store(0.8 * old + 0.2 * dt / n, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    if (!err.empty() && error_.empty()) {
+      error_ = err;
+      failed_.store(true, std::memory_order_release);
+    }
+    const size_t cap = done_.size();
+    for (int k = 0; k < n; ++k) {
+      done_[done_head_] = ids[k];
+      done_head_ = (done_head_ + 1) % cap;
+    }
+    done_count_ += n;
+  }
+  done_cv_.notify_all();
+}
+
+void Engine::WaitDone(int count) {
+  std::unique_lock<std::mutex> lock(done_mu_);
+  done_cv_.wait(lock, [&] { return done_count_ >= count; });
+  done_head_ = done_tail_ = 0;
+  done_count_ = 0;
+}
+
+void Engine::WorkerLoop(int k) {
+  if (opt_.thread_affinity_offset >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const unsigned ncpu = std::max(1u, std::thread::hardware_concurrency());
+    CPU_SET((opt_.thread_affinity_offset + k) % ncpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
+  int32_t* local = scratch_[k].data();
+  while (true) {
+    int n;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || pending_count_.load(std::memory_order_relaxed) > 0; });
+      if (stop_) return;
+      n = PopChunkLocked(local);
+    }
+    Execute(local, n);
+  }
+}
+
+}  // namespace onebox

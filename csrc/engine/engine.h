@@ -1,0 +1,234 @@
+// The batched environment engine: a thread pool stepping chunks of envs, with a Gymnasium-style sync
+// API (Reset/Step over all envs, results in env order) and an EnvPool-style async API (Send/Recv, Recv
+// returning the first batch_size envs to finish).
+//
+// All results are written into per-env rows of preallocated buffers; Recv gathers the finished rows
+// into preallocated batch buffers. Work is split into chunks of contiguous env ids whose size follows a
+// running estimate of the per-env step cost: cheap envs are stepped inline on the calling thread (a
+// thread hand-off would cost more than the work), expensive ones are spread over the workers.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/env.h"
+
+namespace onebox {
+
+enum class Autoreset : int { kNextStep = 0, kSameStep = 1 };
+
+struct EngineOptions {
+  int num_envs = 1;
+  int batch_size = 1;
+  int num_threads = 1;                // worker threads
+  int thread_affinity_offset = -1;    // pin worker k to core offset + k; -1: no pinning
+  Autoreset autoreset = Autoreset::kNextStep;
+  int64_t max_episode_steps = 0;      // 0: none
+  uint64_t seed = 0;
+};
+
+// A raw byte buffer with the dtype and shape it is exposed as.
+struct Buffer {
+  std::vector<unsigned char> bytes;
+  DType dtype = DType::kFloat64;
+  std::vector<size_t> shape;
+  void Init(DType d, std::vector<size_t> s) {
+    dtype = d;
+    shape = std::move(s);
+    size_t n = DTypeSize(d);
+    for (size_t k : shape) n *= k;
+    bytes.assign(n, 0);
+  }
+  template <class T>
+  T* As() { return reinterpret_cast<T*>(bytes.data()); }
+};
+
+// The named buffers of one result set (per env, or one recv batch).
+struct ResultBuffers {
+  Buffer obs, reward, terminated, truncated, info, final_obs, final_info, final, env_id;
+};
+
+class Engine {
+ public:
+  Engine(const EnvSpec& spec, const EngineOptions& opt);
+  virtual ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Sync: reset every env (seeds: empty, or one per env) and wait; results in per_env().
+  void Reset(const std::vector<uint64_t>& seeds);
+  // Sync: step every env with actions[num_envs, ...] and wait; results in per_env().
+  void Step(const void* actions);
+  // Async: reset every env; their results come out of Recv.
+  void AsyncReset(const std::vector<uint64_t>& seeds);
+  // Async: step envs ids[0..n) with actions[n, ...]; returns at once for expensive envs.
+  void Send(const void* actions, const int32_t* ids, int n);
+  // Async: wait for the first batch_size envs to finish and gather them into batch().
+  void Recv();
+  void Close();
+
+  ResultBuffers& per_env() { return per_env_; }
+  ResultBuffers& batch() { return batch_; }
+  const EnvSpec& spec() const { return spec_; }
+  const EngineOptions& options() const { return opt_; }
+  bool closed() const { return closed_; }
+  int pending() const { return inflight_count_; }
+  // Estimated cost of one env step in nanoseconds (drives chunking).
+  double step_cost_ns() const { return cost_ns_.load(std::memory_order_relaxed); }
+
+  virtual bool has_state() const = 0;
+  virtual std::vector<double> GetState(int env_id) const = 0;
+  virtual void SetState(int env_id, const std::vector<double>& state) = 0;
+
+ protected:
+  enum Op : uint8_t { kStep = 0, kReset = 1 };
+  // Run one chunk of envs (each doing op_[id]) and write their per-env rows.
+  virtual void RunChunk(const int32_t* ids, int n) = 0;
+
+  // Per-env bookkeeping shared with EngineT.
+  EnvSpec spec_;
+  EngineOptions opt_;
+  size_t obs_size_, act_size_, info_size_;  // elements per env
+  ResultBuffers per_env_, batch_;
+  Buffer actions_;
+  std::vector<Rng> rng_;
+  std::vector<uint64_t> seed_, episode_;
+  std::vector<int64_t> elapsed_;
+  std::vector<uint8_t> op_, needs_reset_;
+
+ private:
+  void CheckUsable();
+  void ValidateIds(const int32_t* ids, int n);
+  void ValidateActions(const void* actions, const int32_t* ids, int n) const;
+  void ApplySeeds(const std::vector<uint64_t>& seeds);
+  void Dispatch(const int32_t* ids, int n, bool caller_helps);
+  void Execute(const int32_t* ids, int n);
+  int PopChunkLocked(int32_t* out);  // with mu_ held; returns the chunk's size
+  void WaitDone(int count);
+  void WorkerLoop(int k);
+
+  std::vector<int32_t> all_ids_;       // 0..num_envs-1
+  std::vector<uint8_t> inflight_;      // sent and not yet received
+  std::vector<uint32_t> mark_;         // repeated-id detection
+  uint32_t mark_gen_ = 0;
+  int inflight_count_ = 0;
+  bool closed_ = false;
+  std::mutex api_mu_;                  // one API call at a time
+
+  // Work queue: a ring of pending env ids (each env is pending at most once).
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::vector<int32_t> pending_;
+  size_t pending_head_ = 0, pending_tail_ = 0;
+  std::atomic<int> pending_count_{0};
+  int chunk_size_ = 1;
+  bool stop_ = false;
+
+  // Completed env ids, in completion order.
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  std::vector<int32_t> done_;
+  size_t done_head_ = 0, done_tail_ = 0;
+  int done_count_ = 0;
+  std::string error_;
+  std::atomic<bool> failed_{false};
+
+  std::atomic<double> cost_ns_{1000.0};
+  std::vector<std::thread> workers_;
+  std::vector<std::vector<int32_t>> scratch_;  // one id buffer per worker, one for the caller
+};
+
+namespace detail {
+template <class E, class = void>
+struct HasState : std::false_type {};
+template <class E>
+struct HasState<E, std::void_t<decltype(std::declval<const E&>().GetState()),
+                               decltype(std::declval<E&>().SetState(std::vector<double>()))>>
+    : std::true_type {};
+}  // namespace detail
+
+// The engine for one env type: the inner loop over a chunk is inlined, with no virtual call per env.
+template <class E>
+class EngineT final : public Engine {
+  using Obs = typename E::Obs;
+  using Act = typename E::Act;
+
+ public:
+  EngineT(const Config& cfg, const EnvSpec& spec, const EngineOptions& opt) : Engine(spec, opt) {
+    envs_.reserve(opt.num_envs);
+    for (int i = 0; i < opt.num_envs; ++i) envs_.emplace_back(cfg);
+  }
+
+  bool has_state() const override { return detail::HasState<E>::value; }
+  std::vector<double> GetState(int env_id) const override {
+    if constexpr (detail::HasState<E>::value) return envs_.at(env_id).GetState();
+    else throw std::logic_error("this env does not expose its state");
+  }
+  void SetState(int env_id, const std::vector<double>& state) override {
+    if constexpr (detail::HasState<E>::value) envs_.at(env_id).SetState(state);
+    else throw std::logic_error("this env does not expose its state");
+  }
+
+ protected:
+  void RunChunk(const int32_t* ids, int n) override {
+    Obs* obs = per_env_.obs.As<Obs>();
+    double* reward = per_env_.reward.As<double>();
+    uint8_t* term = per_env_.terminated.As<uint8_t>();
+    uint8_t* trunc = per_env_.truncated.As<uint8_t>();
+    uint8_t* fin = per_env_.final.As<uint8_t>();
+    double* info = per_env_.info.As<double>();
+    const Act* act = actions_.As<Act>();
+    const bool same_step = opt_.autoreset == Autoreset::kSameStep;
+    const int64_t limit = opt_.max_episode_steps;
+    for (int k = 0; k < n; ++k) {
+      const int i = ids[k];
+      Obs* o = obs + i * obs_size_;
+      double* inf = info + i * info_size_;
+      fin[i] = 0;
+      if (op_[i] == kReset || needs_reset_[i]) {
+        DoReset(i, o, inf);
+        reward[i] = 0.0;
+        term[i] = trunc[i] = 0;
+        continue;
+      }
+      if (info_size_) std::memset(inf, 0, info_size_ * sizeof(double));
+      const StepResult r = envs_[i].Step(act + i * act_size_, rng_[i], o, inf);
+      const bool tr = ++elapsed_[i] >= limit && limit > 0;
+      reward[i] = r.reward;
+      term[i] = r.terminated;
+      trunc[i] = tr;
+      if (r.terminated || tr) {
+        if (same_step) {
+          fin[i] = 1;
+          std::memcpy(per_env_.final_obs.As<Obs>() + i * obs_size_, o, obs_size_ * sizeof(Obs));
+          if (info_size_)
+            std::memcpy(per_env_.final_info.As<double>() + i * info_size_, inf,
+                        info_size_ * sizeof(double));
+          DoReset(i, o, inf);
+        } else {
+          needs_reset_[i] = 1;
+        }
+      }
+    }
+  }
+
+ private:
+  void DoReset(int i, Obs* o, double* inf) {
+    rng_[i].Seed(seed_[i], episode_[i]++);
+    elapsed_[i] = 0;
+    needs_reset_[i] = 0;
+    if (info_size_) std::memset(inf, 0, info_size_ * sizeof(double));
+    envs_[i].Reset(rng_[i], o, inf);
+  }
+
+  std::vector<E> envs_;
+};
+
+}  // namespace onebox

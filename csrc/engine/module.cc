@@ -1,0 +1,168 @@
+// Python bindings of the engine (module onebox._engine). The Python layer (onebox.envs.native) does
+// argument checking with friendly messages; this layer checks again what would be unsafe.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+
+#include "engine/registry.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace onebox {
+namespace {
+
+using Array = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+
+nb::dlpack::dtype ToDl(DType d) {
+  switch (d) {
+    case DType::kBool: return nb::dtype<bool>();
+    case DType::kUInt8: return nb::dtype<uint8_t>();
+    case DType::kInt32: return nb::dtype<int32_t>();
+    case DType::kInt64: return nb::dtype<int64_t>();
+    case DType::kFloat32: return nb::dtype<float>();
+    case DType::kFloat64: return nb::dtype<double>();
+  }
+  throw std::logic_error("bad dtype");
+}
+
+const char* DTypeName(DType d) {
+  static const char* names[] = {"bool", "uint8", "int32", "int64", "float32", "float64"};
+  return names[static_cast<int>(d)];
+}
+
+nb::dict SpaceDict(const Space& s) {
+  nb::dict d;
+  d["discrete"] = s.discrete;
+  d["n"] = s.n;
+  d["shape"] = nb::tuple(nb::cast(s.shape));
+  d["dtype"] = DTypeName(s.dtype);
+  d["low"] = s.low;
+  d["high"] = s.high;
+  return d;
+}
+
+nb::dict SpecDict(const EnvSpec& spec) {
+  nb::dict d;
+  d["observation"] = SpaceDict(spec.observation);
+  d["action"] = SpaceDict(spec.action);
+  d["max_episode_steps"] = spec.max_episode_steps;
+  d["reward_threshold"] = spec.reward_threshold;
+  d["info_keys"] = spec.info_keys;
+  return d;
+}
+
+// Numpy views of a result set; each view keeps the engine alive.
+nb::dict Views(Engine& e, ResultBuffers& r) {
+  nb::handle owner = nb::find(&e);
+  auto view = [&](Buffer& b) {
+    return nb::ndarray<nb::numpy>(b.bytes.data(), b.shape.size(), b.shape.data(), owner, nullptr,
+                                  ToDl(b.dtype))
+        .cast();
+  };
+  nb::dict d;
+  d["obs"] = view(r.obs);
+  d["reward"] = view(r.reward);
+  d["terminated"] = view(r.terminated);
+  d["truncated"] = view(r.truncated);
+  d["info"] = view(r.info);
+  d["final_obs"] = view(r.final_obs);
+  d["final_info"] = view(r.final_info);
+  d["final"] = view(r.final);
+  d["env_id"] = view(r.env_id);
+  return d;
+}
+
+// Check an action array against the action space for `rows` envs.
+void CheckActions(const Engine& e, const Array& a, size_t rows) {
+  const Space& s = e.spec().action;
+  std::vector<size_t> want{rows};
+  if (!s.discrete)
+    for (int64_t d : s.shape) want.push_back(static_cast<size_t>(d));
+  bool ok = a.ndim() == want.size();
+  for (size_t k = 0; ok && k < want.size(); ++k) ok = a.shape(k) == want[k];
+  if (!ok) throw std::invalid_argument("actions have the wrong shape for this env pool");
+  if (a.dtype() != ToDl(s.dtype))
+    throw std::invalid_argument(std::string("actions must have dtype ") + DTypeName(s.dtype));
+}
+
+std::unique_ptr<Engine> Make(const std::string& id, const std::map<std::string, Value>& config,
+                             int num_envs, int batch_size, int num_threads, int affinity,
+                             bool same_step, int64_t max_episode_steps, uint64_t seed) {
+  const EnvEntry& entry = Registry::Get().Find(id);
+  const Config cfg(config);
+  const EnvSpec spec = entry.spec(cfg);
+  EngineOptions opt;
+  opt.num_envs = num_envs;
+  opt.batch_size = batch_size;
+  opt.num_threads = num_threads;
+  opt.thread_affinity_offset = affinity;
+  opt.autoreset = same_step ? Autoreset::kSameStep : Autoreset::kNextStep;
+  opt.max_episode_steps = max_episode_steps;
+  opt.seed = seed;
+  return entry.make(cfg, spec, opt);
+}
+
+}  // namespace
+}  // namespace onebox
+
+NB_MODULE(_engine, m) {
+  using namespace onebox;
+  m.doc() = "onebox native environment engine";
+
+  m.def("list_envs", [] { return Registry::Get().Ids(); }, "Ids of the native envs, sorted.");
+  m.def(
+      "env_options",
+      [](const std::string& id) {
+        std::vector<std::tuple<std::string, Value, std::string>> out;
+        for (const auto& o : Registry::Get().Find(id).options())
+          out.emplace_back(o.name, o.default_value, o.doc);
+        return out;
+      },
+      "id"_a, "The constructor options of a native env: (name, default, doc) tuples.");
+  m.def(
+      "env_spec",
+      [](const std::string& id, const std::map<std::string, Value>& config) {
+        return SpecDict(Registry::Get().Find(id).spec(Config(config)));
+      },
+      "id"_a, "config"_a, "Spaces, time limit and info keys of a native env under options.");
+
+  nb::class_<Engine>(m, "Engine")
+      .def(nb::new_(&Make), "id"_a, "config"_a, "num_envs"_a, "batch_size"_a, "num_threads"_a,
+           "thread_affinity_offset"_a, "same_step"_a, "max_episode_steps"_a, "seed"_a)
+      .def("spec", [](const Engine& e) { return SpecDict(e.spec()); })
+      .def("per_env_buffers", [](Engine& e) { return Views(e, e.per_env()); })
+      .def("batch_buffers", [](Engine& e) { return Views(e, e.batch()); })
+      .def("reset", &Engine::Reset, "seeds"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def("async_reset", &Engine::AsyncReset, "seeds"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "step",
+          [](Engine& e, const Array& actions) {
+            CheckActions(e, actions, e.options().num_envs);
+            nb::gil_scoped_release release;
+            e.Step(actions.data());
+          },
+          "actions"_a)
+      .def(
+          "send",
+          [](Engine& e, const Array& actions, nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig,
+                                                          nb::device::cpu> ids) {
+            CheckActions(e, actions, ids.shape(0));
+            nb::gil_scoped_release release;
+            e.Send(actions.data(), ids.data(), static_cast<int>(ids.shape(0)));
+          },
+          "actions"_a, "env_ids"_a)
+      .def("recv", &Engine::Recv, nb::call_guard<nb::gil_scoped_release>())
+      .def("close", &Engine::Close, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("closed", &Engine::closed)
+      .def_prop_ro("pending", &Engine::pending)
+      .def_prop_ro("step_cost_ns", &Engine::step_cost_ns)
+      .def_prop_ro("has_state", &Engine::has_state)
+      .def("get_state", &Engine::GetState, "env_id"_a)
+      .def("set_state", &Engine::SetState, "env_id"_a, "state"_a);
+}

@@ -1,0 +1,268 @@
+"""Env pools backed by the C++ engine (`onebox._engine`): classic control and, later, MuJoCo."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from onebox import _engine
+from onebox.envs.base import EnvPool, SeedLike, check_pool_args, expand_seeds, parse_autoreset_mode
+
+
+def native_ids() -> list[str]:
+    """Ids of the envs implemented in C++."""
+    return list(_engine.list_envs())
+
+
+def native_options(env_id: str) -> dict[str, tuple[Any, str]]:
+    """Constructor options of a native env: name -> (default, doc)."""
+    return {name: (default, doc) for name, default, doc in _engine.env_options(env_id)}
+
+
+def resolve_options(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Merge user keyword arguments into an env's defaults, checking names and types."""
+    declared = native_options(env_id)
+    config = {name: default for name, (default, _) in declared.items()}
+    for name, value in kwargs.items():
+        if name not in declared:
+            close = difflib.get_close_matches(name, declared, n=3)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            known = ", ".join(declared) or "none"
+            raise TypeError(f"{env_id} has no option {name!r}.{hint} Its options: {known}.")
+        default = declared[name][0]
+        if isinstance(default, bool):
+            ok = isinstance(value, bool | np.bool_)
+            value = bool(value)
+        elif isinstance(default, int):
+            ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
+            value = int(value) if ok else value
+        elif isinstance(default, float):
+            ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+            value = float(value) if ok else value
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise TypeError(
+                f"{env_id} option {name!r} takes a {type(default).__name__}, got {value!r}"
+            )
+        config[name] = value
+    return config
+
+
+def _space(d: dict[str, Any]) -> spaces.Space:
+    if d["discrete"]:
+        return spaces.Discrete(d["n"])
+    shape = tuple(d["shape"])
+    low = np.asarray(d["low"], dtype=np.float64).reshape(shape)
+    high = np.asarray(d["high"], dtype=np.float64).reshape(shape)
+    dtype = np.dtype(d["dtype"])
+    return spaces.Box(low.astype(dtype), high.astype(dtype), shape, dtype)
+
+
+class NativeEnvPool(EnvPool):
+    """A pool of C++ envs stepped by the engine's thread pool.
+
+    Args:
+        env_id: a native env id (see `onebox.envs.list_envs`).
+        num_envs: envs in the pool.
+        batch_size: envs returned by each `recv` (default: `num_envs`).
+        num_threads: worker threads (default: physical cores). Cheap steps run inline on the
+            calling thread whatever this says; the engine times the steps to decide.
+        seed: base seed; env i uses `seed + i`. Its episode k draws from a stream keyed by
+            (seed + i, k), so results do not depend on threads or scheduling.
+        autoreset_mode: `NextStep` (Gymnasium's default) or `SameStep` (final observation and
+            info in `info["final_obs"]`, `info["final_info"]`).
+        max_episode_steps: time limit (truncation); default: the env's own.
+        copy: return fresh arrays (default). `False` returns views of the engine's buffers,
+            overwritten by the next call: faster, but copy what you keep.
+        thread_affinity_offset: pin worker k to CPU `offset + k`; -1 (default) leaves them free.
+        **env_kwargs: the env's own options (e.g. `sutton_barto_reward=True` for CartPole).
+
+    Bad input raises `ValueError`/`TypeError`; using the pool after `close()` raises `RuntimeError`.
+    Continuous actions that are NaN are rejected with `ValueError`; finite values outside the
+    action bounds are clipped by the env as in Gymnasium.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int = 1,
+        *,
+        batch_size: int | None = None,
+        num_threads: int | None = None,
+        seed: int = 0,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        max_episode_steps: int | None = None,
+        copy: bool = True,
+        thread_affinity_offset: int = -1,
+        **env_kwargs: Any,
+    ) -> None:
+        if env_id not in native_ids():
+            close = difflib.get_close_matches(env_id, native_ids(), n=3)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise ValueError(f"{env_id!r} is not a native env.{hint}")
+        num_envs, batch_size, num_threads = check_pool_args(num_envs, batch_size, num_threads)
+        mode = parse_autoreset_mode(autoreset_mode)
+        if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        config = resolve_options(env_id, env_kwargs)
+        spec = _engine.env_spec(env_id, config)
+        if max_episode_steps is None:
+            max_episode_steps = spec["max_episode_steps"]
+        elif not isinstance(max_episode_steps, int | np.integer) or max_episode_steps < 0:
+            raise ValueError(f"max_episode_steps must be a non-negative integer, got {max_episode_steps!r}")
+
+        self._engine = _engine.Engine(
+            env_id, config, num_envs, batch_size, min(num_threads, num_envs),
+            thread_affinity_offset, mode == AutoresetMode.SAME_STEP, int(max_episode_steps), int(seed),
+        )  # fmt: skip
+        self.num_envs = num_envs
+        self.batch_size = batch_size
+        self.num_threads = num_threads
+        self.copy = copy
+        self.autoreset_mode = mode
+        self.metadata = {"autoreset_mode": mode, "render_modes": []}
+        self.render_mode = None
+        self.spec = EnvSpec(
+            id=env_id,
+            entry_point="onebox.envs:make",
+            reward_threshold=None if np.isnan(spec["reward_threshold"]) else spec["reward_threshold"],
+            max_episode_steps=int(max_episode_steps) or None,
+            kwargs=config,
+        )
+        self.single_observation_space = _space(spec["observation"])
+        self.single_action_space = _space(spec["action"])
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+
+        act = spec["action"]
+        self._discrete = act["discrete"]
+        self._act_dtype = np.dtype(act["dtype"])
+        self._act_shape = () if self._discrete else tuple(act["shape"])
+        self._step_shape = (num_envs, *self._act_shape)
+        self._info_keys: list[str] = list(spec["info_keys"])
+        self._all = self._engine.per_env_buffers()
+        self._batch = self._engine.batch_buffers()
+        self._all_ids = np.arange(num_envs, dtype=np.int32)
+        self._all_ids.flags.writeable = False
+        self._true = {n: np.ones(n, dtype=bool) for n in {num_envs, batch_size}}
+        for mask in self._true.values():
+            mask.flags.writeable = False
+
+    # ---- Gymnasium sync API -------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: SeedLike = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset every env; `seed` is an int (env i gets seed + i), one per env, or None."""
+        if options:
+            raise ValueError(f"native envs take no reset options, got {sorted(options)}")
+        self._engine.reset(expand_seeds(seed, self.num_envs))
+        b = self._all
+        obs = b["obs"].copy() if self.copy else b["obs"]
+        return obs, self._info(b, self._all_ids, self.num_envs, final=False)
+
+    def step(
+        self, actions: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env with one action each; results in env order."""
+        self._engine.step(self._actions(actions, self._step_shape))
+        return self._results(self._all, self._all_ids, self.num_envs)
+
+    # ---- EnvPool async API --------------------------------------------------------------------
+
+    def async_reset(self, seed: SeedLike = None) -> None:
+        """Reset every env; the first observations come out of `recv`, batch_size at a time."""
+        self._engine.async_reset(expand_seeds(seed, self.num_envs))
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step envs `env_ids` (default: all) with `actions`, one row per id, without waiting."""
+        if env_ids is None:
+            ids = self._all_ids
+        else:
+            ids = np.asarray(env_ids)
+            if ids.dtype != np.int32:
+                if ids.dtype.kind not in "iu":
+                    raise TypeError(f"env_ids must be integers, got dtype {ids.dtype}")
+                ids = ids.astype(np.int32)
+            if ids.ndim != 1:
+                raise ValueError(f"env_ids must be one-dimensional, got shape {ids.shape}")
+            ids = np.ascontiguousarray(ids)
+        self._engine.send(self._actions(actions, (len(ids), *self._act_shape)), ids)
+
+    def recv(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Wait for the first `batch_size` sent envs to finish; `info["env_id"]` names them."""
+        self._engine.recv()
+        b = self._batch
+        ids = b["env_id"].copy() if self.copy else b["env_id"]
+        return self._results(b, ids, self.batch_size)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Stop the worker threads."""
+        self._engine.close()
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def get_state(self, env_id: int) -> np.ndarray:
+        """The internal state of env `env_id` (for tests and debugging; not all envs have one)."""
+        return np.asarray(self._engine.get_state(env_id))
+
+    def set_state(self, env_id: int, state: Any) -> None:
+        """Overwrite the internal state of env `env_id` (for tests and debugging)."""
+        self._engine.set_state(env_id, [float(v) for v in np.ravel(state)])
+
+    def _actions(self, actions: Any, shape: tuple[int, ...]) -> np.ndarray:
+        a = actions
+        if type(a) is not np.ndarray or a.dtype != self._act_dtype or not a.flags.c_contiguous:
+            a = np.asarray(actions)
+            kind = a.dtype.kind
+            if self._discrete and kind not in "iu":
+                raise TypeError(
+                    f"discrete actions must be integers, got dtype {a.dtype}; "
+                    "cast with .astype(np.int64) if the values are whole numbers"
+                )
+            if not self._discrete and kind not in "fiu":
+                raise TypeError(f"continuous actions must be numbers, got dtype {a.dtype}")
+            a = np.ascontiguousarray(a, dtype=self._act_dtype)
+        if a.shape != shape:
+            raise ValueError(f"actions must have shape {shape}, got {a.shape}")
+        return a
+
+    def _results(
+        self, b: dict[str, np.ndarray], ids: np.ndarray, n: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if self.copy:
+            obs, rew = b["obs"].copy(), b["reward"].copy()
+            term, trunc = b["terminated"].copy(), b["truncated"].copy()
+        else:
+            obs, rew, term, trunc = b["obs"], b["reward"], b["terminated"], b["truncated"]
+        return obs, rew, term, trunc, self._info(b, ids, n, final=True)
+
+    def _info(self, b: dict[str, np.ndarray], ids: np.ndarray, n: int, final: bool) -> dict[str, Any]:
+        info: dict[str, Any] = {"env_id": ids}
+        if self._info_keys:
+            values = b["info"]
+            for k, key in enumerate(self._info_keys):
+                info[key] = values[:, k].copy()
+                info["_" + key] = self._true[n]
+        if final and self.autoreset_mode == AutoresetMode.SAME_STEP:
+            done = b["final"]
+            if done.any():
+                idx = np.flatnonzero(done)
+                final_obs = np.full(n, None, dtype=object)
+                for i in idx:
+                    final_obs[i] = b["final_obs"][i].copy()
+                final_info: dict[str, Any] = {}
+                for k, key in enumerate(self._info_keys):
+                    final_info[key] = np.where(done, b["final_info"][:, k], 0.0)
+                    final_info["_" + key] = done.copy()
+                info["final_obs"], info["_final_obs"] = final_obs, done.copy()
+                info["final_info"], info["_final_info"] = final_info, done.copy()
+        return info
+
