@@ -9,10 +9,37 @@
 namespace onebox {
 namespace {
 
-// Below this much estimated work a call runs inline: waking a worker costs more than the work.
+// A sync call with less estimated work than this runs inline: handing it out costs more.
 constexpr double kInlineNs = 40e3;
+// An async send with less work than this runs inline; more goes to the workers, to overlap
+// with the caller's own work until recv.
+constexpr double kAsyncInlineNs = 2e3;
 // Target work per chunk when the work is spread over the workers.
 constexpr double kChunkNs = 100e3;
+// How long an idle thread polls for new work or results before it sleeps.
+constexpr auto kSpin = std::chrono::microseconds(30);
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Poll `ready` for up to kSpin; true if it became true.
+template <class F>
+bool Spin(F ready) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int k = 0;; ++k) {
+    if (ready()) return true;
+    if ((k & 63) == 63) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::yield();
+    }
+    CpuRelax();
+  }
+}
 
 std::vector<size_t> RowShape(size_t rows, const std::vector<int64_t>& shape) {
   std::vector<size_t> s{rows};
@@ -34,11 +61,25 @@ void InitResults(ResultBuffers* r, size_t rows, const EnvSpec& spec) {
   r->env_id.Init(DType::kInt32, {rows});
 }
 
-// Copy row `src` of every per-env buffer to row `dst` of the batch buffers.
-void CopyRow(Buffer& from, size_t src, Buffer& to, size_t dst) {
-  const size_t row = from.bytes.size() / from.shape[0];
-  if (row) std::memcpy(to.bytes.data() + dst * row, from.bytes.data() + src * row, row);
+template <class T>
+void GatherT(const T* from, T* to, const int32_t* ids, int b) {
+  for (int k = 0; k < b; ++k) to[k] = from[ids[k]];
 }
+
+// to[k] = from[ids[k]] for whole rows; `only` (optional) selects the rows to copy.
+void Gather(const Buffer& from, Buffer& to, const int32_t* ids, int b, const uint8_t* only = nullptr) {
+  const size_t row = from.bytes.size() / from.shape[0];
+  const unsigned char* src = from.bytes.data();
+  unsigned char* dst = to.bytes.data();
+  if (row == 0) return;
+  if (!only && row == 1) return GatherT(src, dst, ids, b);
+  if (!only && row == 8)
+    return GatherT(reinterpret_cast<const uint64_t*>(src), reinterpret_cast<uint64_t*>(dst), ids, b);
+  for (int k = 0; k < b; ++k)
+    if (!only || only[ids[k]]) std::memcpy(dst + k * row, src + ids[k] * row, row);
+}
+
+inline size_t Next(size_t i, size_t cap) { return ++i == cap ? 0 : i; }
 
 }  // namespace
 
@@ -82,6 +123,7 @@ void Engine::Close() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
     stop_ = true;
+    stop_flag_.store(true, std::memory_order_relaxed);
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -211,55 +253,53 @@ void Engine::Recv() {
     throw std::logic_error("recv() would wait forever: " + std::to_string(inflight_count_) +
                            " envs are pending but batch_size is " + std::to_string(b) +
                            "; send() more envs first");
+  int32_t* ids = batch_.env_id.As<int32_t>();
   {
-    std::unique_lock<std::mutex> lock(done_mu_);
-    done_cv_.wait(lock, [&] { return done_count_ >= b || !error_.empty(); });
+    std::unique_lock<std::mutex> lock = WaitDoneLocked(b);
     if (!error_.empty()) throw std::runtime_error("an env raised an error: " + error_);
-    int32_t* out_ids = batch_.env_id.As<int32_t>();
     const size_t cap = done_.size();
     for (int k = 0; k < b; ++k) {
-      out_ids[k] = done_[done_tail_];
-      done_tail_ = (done_tail_ + 1) % cap;
+      ids[k] = done_[done_tail_];
+      done_tail_ = Next(done_tail_, cap);
     }
-    done_count_ -= b;
+    done_count_.fetch_sub(b, std::memory_order_relaxed);
   }
-  const int32_t* out_ids = batch_.env_id.As<int32_t>();
-  for (int k = 0; k < b; ++k) {
-    const int32_t i = out_ids[k];
-    CopyRow(per_env_.obs, i, batch_.obs, k);
-    CopyRow(per_env_.reward, i, batch_.reward, k);
-    CopyRow(per_env_.terminated, i, batch_.terminated, k);
-    CopyRow(per_env_.truncated, i, batch_.truncated, k);
-    CopyRow(per_env_.info, i, batch_.info, k);
-    CopyRow(per_env_.final, i, batch_.final, k);
-    if (per_env_.final.As<uint8_t>()[i]) {
-      CopyRow(per_env_.final_obs, i, batch_.final_obs, k);
-      CopyRow(per_env_.final_info, i, batch_.final_info, k);
-    }
-    inflight_[i] = 0;
+  Gather(per_env_.obs, batch_.obs, ids, b);
+  Gather(per_env_.reward, batch_.reward, ids, b);
+  Gather(per_env_.terminated, batch_.terminated, ids, b);
+  Gather(per_env_.truncated, batch_.truncated, ids, b);
+  Gather(per_env_.info, batch_.info, ids, b);
+  Gather(per_env_.final, batch_.final, ids, b);
+  if (opt_.autoreset == Autoreset::kSameStep) {
+    const uint8_t* fin = per_env_.final.As<uint8_t>();
+    Gather(per_env_.final_obs, batch_.final_obs, ids, b, fin);
+    Gather(per_env_.final_info, batch_.final_info, ids, b, fin);
   }
+  for (int k = 0; k < b; ++k) inflight_[ids[k]] = 0;
   inflight_count_ -= b;
 }
 
 void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps) {
   const double est = n * cost_ns_.load(std::memory_order_relaxed);
-  if (workers_.empty() || est < kInlineNs) {
+  if (workers_.empty() || est < (caller_helps ? kInlineNs : kAsyncInlineNs)) {
     Execute(ids, n);
     return;
   }
   const int slots = static_cast<int>(workers_.size()) + (caller_helps ? 1 : 0);
   const int chunks = std::min(n, std::max(slots, std::min(4 * slots, static_cast<int>(est / kChunkNs))));
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     chunk_size_ = (n + chunks - 1) / chunks;
     const size_t cap = pending_.size();
     for (int k = 0; k < n; ++k) {
       pending_[pending_head_] = ids[k];
-      pending_head_ = (pending_head_ + 1) % cap;
+      pending_head_ = Next(pending_head_, cap);
     }
     pending_count_.fetch_add(n, std::memory_order_release);
+    wake = sleeping_workers_ > 0;
   }
-  work_cv_.notify_all();
+  if (wake) work_cv_.notify_all();
   if (caller_helps) {
     int32_t* local = scratch_.back().data();
     while (true) {
@@ -279,7 +319,7 @@ int Engine::PopChunkLocked(int32_t* out) {
   const size_t cap = pending_.size();
   for (int j = 0; j < n; ++j) {
     out[j] = pending_[pending_tail_];
-    pending_tail_ = (pending_tail_ + 1) % cap;
+    pending_tail_ = Next(pending_tail_, cap);
   }
   pending_count_.fetch_sub(n, std::memory_order_relaxed);
   return n;
@@ -296,6 +336,7 @@ void Engine::Execute(const int32_t* ids, int n) {
   const double dt = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   const double old = cost_ns_.load(std::memory_order_relaxed);
   cost_ns_.store(0.8 * old + 0.2 * dt / n, std::memory_order_relaxed);
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(done_mu_);
     if (!err.empty() && error_.empty()) {
@@ -305,18 +346,31 @@ void Engine::Execute(const int32_t* ids, int n) {
     const size_t cap = done_.size();
     for (int k = 0; k < n; ++k) {
       done_[done_head_] = ids[k];
-      done_head_ = (done_head_ + 1) % cap;
+      done_head_ = Next(done_head_, cap);
     }
-    done_count_ += n;
+    done_count_.fetch_add(n, std::memory_order_release);
+    wake = done_waiters_ > 0;
   }
-  done_cv_.notify_all();
+  if (wake) done_cv_.notify_all();
+}
+
+std::unique_lock<std::mutex> Engine::WaitDoneLocked(int count) {
+  // A chunk that fails still reports its ids, so every dispatched env is eventually counted.
+  auto ready = [&] { return done_count_.load(std::memory_order_acquire) >= count; };
+  Spin(ready);
+  std::unique_lock<std::mutex> lock(done_mu_);
+  if (!ready()) {
+    ++done_waiters_;
+    done_cv_.wait(lock, ready);
+    --done_waiters_;
+  }
+  return lock;
 }
 
 void Engine::WaitDone(int count) {
-  std::unique_lock<std::mutex> lock(done_mu_);
-  done_cv_.wait(lock, [&] { return done_count_ >= count; });
+  std::unique_lock<std::mutex> lock = WaitDoneLocked(count);
   done_head_ = done_tail_ = 0;
-  done_count_ = 0;
+  done_count_.store(0, std::memory_order_relaxed);
 }
 
 void Engine::WorkerLoop(int k) {
@@ -328,15 +382,21 @@ void Engine::WorkerLoop(int k) {
     pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
   }
   int32_t* local = scratch_[k].data();
+  auto has_work = [&] { return pending_count_.load(std::memory_order_acquire) > 0; };
   while (true) {
+    Spin([&] { return has_work() || stop_flag_.load(std::memory_order_relaxed); });
     int n;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || pending_count_.load(std::memory_order_relaxed) > 0; });
+      if (!stop_ && !has_work()) {
+        ++sleeping_workers_;
+        work_cv_.wait(lock, [&] { return stop_ || has_work(); });
+        --sleeping_workers_;
+      }
       if (stop_) return;
       n = PopChunkLocked(local);
     }
-    Execute(local, n);
+    if (n) Execute(local, n);
   }
 }
 

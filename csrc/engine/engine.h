@@ -111,7 +111,8 @@ class Engine {
   void Dispatch(const int32_t* ids, int n, bool caller_helps);
   void Execute(const int32_t* ids, int n);
   int PopChunkLocked(int32_t* out);  // with mu_ held; returns the chunk's size
-  void WaitDone(int count);
+  void WaitDone(int count);  // wait for `count` completions, then empty the done ring
+  std::unique_lock<std::mutex> WaitDoneLocked(int count);
   void WorkerLoop(int k);
 
   std::vector<int32_t> all_ids_;       // 0..num_envs-1
@@ -129,14 +130,17 @@ class Engine {
   size_t pending_head_ = 0, pending_tail_ = 0;
   std::atomic<int> pending_count_{0};
   int chunk_size_ = 1;
+  int sleeping_workers_ = 0;
   bool stop_ = false;
+  std::atomic<bool> stop_flag_{false};
 
   // Completed env ids, in completion order.
   std::mutex done_mu_;
   std::condition_variable done_cv_;
   std::vector<int32_t> done_;
   size_t done_head_ = 0, done_tail_ = 0;
-  int done_count_ = 0;
+  std::atomic<int> done_count_{0};
+  int done_waiters_ = 0;
   std::string error_;
   std::atomic<bool> failed_{false};
 
