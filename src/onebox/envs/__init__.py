@@ -39,7 +39,12 @@ def make(
         raise TypeError(f"env_id must be a string, got {type(env_id).__name__}")
     if env_id in native_ids():
         return NativeEnvPool(
-            env_id, num_envs, batch_size=batch_size, num_threads=num_threads, seed=seed, **env_kwargs
+            env_id,
+            num_envs,
+            batch_size=batch_size,
+            num_threads=num_threads,
+            seed=seed,
+            **env_kwargs,
         )
     close = difflib.get_close_matches(env_id, list_envs(), n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""

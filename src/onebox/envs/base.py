@@ -66,9 +66,13 @@ def expand_seeds(seed: SeedLike, num_envs: int) -> list[int]:
     elif isinstance(seed, Sequence | np.ndarray):
         seeds = [int(s) for s in seed]
         if len(seeds) != num_envs:
-            raise ValueError(f"got {len(seeds)} seeds for {num_envs} envs; pass one per env or an int")
+            raise ValueError(
+                f"got {len(seeds)} seeds for {num_envs} envs; pass one per env or an int"
+            )
     else:
-        raise TypeError(f"seed must be None, an int or a sequence of ints, got {type(seed).__name__}")
+        raise TypeError(
+            f"seed must be None, an int or a sequence of ints, got {type(seed).__name__}"
+        )
     if any(s < 0 or s >= 2**64 for s in seeds):
         raise ValueError("seeds must be in [0, 2**64)")
     return seeds

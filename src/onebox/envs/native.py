@@ -43,7 +43,9 @@ def resolve_options(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
             value = int(value) if ok else value
         elif isinstance(default, float):
-            ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+            ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+                value, bool
+            )
             value = float(value) if ok else value
         else:
             ok = isinstance(value, str)
@@ -116,12 +118,21 @@ class NativeEnvPool(EnvPool):
         if max_episode_steps is None:
             max_episode_steps = spec["max_episode_steps"]
         elif not isinstance(max_episode_steps, int | np.integer) or max_episode_steps < 0:
-            raise ValueError(f"max_episode_steps must be a non-negative integer, got {max_episode_steps!r}")
+            raise ValueError(
+                f"max_episode_steps must be a non-negative integer, got {max_episode_steps!r}"
+            )
 
         self._engine = _engine.Engine(
-            env_id, config, num_envs, batch_size, min(num_threads, num_envs),
-            thread_affinity_offset, mode == AutoresetMode.SAME_STEP, int(max_episode_steps), int(seed),
-        )  # fmt: skip
+            env_id,
+            config,
+            num_envs,
+            batch_size,
+            min(num_threads, num_envs),
+            thread_affinity_offset,
+            mode == AutoresetMode.SAME_STEP,
+            int(max_episode_steps),
+            int(seed),
+        )
         self.num_envs = num_envs
         self.batch_size = batch_size
         self.num_threads = num_threads
@@ -132,7 +143,9 @@ class NativeEnvPool(EnvPool):
         self.spec = EnvSpec(
             id=env_id,
             entry_point="onebox.envs:make",
-            reward_threshold=None if np.isnan(spec["reward_threshold"]) else spec["reward_threshold"],
+            reward_threshold=None
+            if np.isnan(spec["reward_threshold"])
+            else spec["reward_threshold"],
             max_episode_steps=int(max_episode_steps) or None,
             kwargs=config,
         )
@@ -244,7 +257,9 @@ class NativeEnvPool(EnvPool):
             obs, rew, term, trunc = b["obs"], b["reward"], b["terminated"], b["truncated"]
         return obs, rew, term, trunc, self._info(b, ids, n, final=True)
 
-    def _info(self, b: dict[str, np.ndarray], ids: np.ndarray, n: int, final: bool) -> dict[str, Any]:
+    def _info(
+        self, b: dict[str, np.ndarray], ids: np.ndarray, n: int, final: bool
+    ) -> dict[str, Any]:
         info: dict[str, Any] = {"env_id": ids}
         if self._info_keys:
             values = b["info"]
@@ -265,4 +280,3 @@ class NativeEnvPool(EnvPool):
                 info["final_obs"], info["_final_obs"] = final_obs, done.copy()
                 info["final_info"], info["_final_info"] = final_info, done.copy()
         return info
-
