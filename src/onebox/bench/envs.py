@@ -1,0 +1,404 @@
+"""`onebox bench envs`: env steps/s of onebox next to Gymnasium and EnvPool, in one run.
+
+Every backend steps the same task with the same number of envs (and threads, where it has
+threads), in its own natural loop: `step` over all envs for the sync APIs, `recv` then `send` for
+the envs just received for the async ones (batch size num_envs/2). Actions are random valid
+actions drawn once before timing, so the policy costs nothing; each measurement runs for a fixed
+time after a warm-up.
+
+Backends are rows of `PEERS`: a name, a family (what `--peers` also accepts) and a function that
+builds a `Loop` for a `Task`, or raises `Unavailable` to say why it cannot (not installed, no
+such env, too many processes). Other env families (Atari against ALE's AtariVectorEnv, MuJoCo)
+are more rows: `make` functions that map the env id to their own and build their vector env.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from onebox.bench import common
+
+ASYNC_VECTOR_MAX_ENVS = 64
+"""Gymnasium's AsyncVectorEnv runs one process per env: it is skipped above this many envs."""
+
+ACTION_BATCHES = 16
+"""Random action batches drawn before timing; the loops cycle through them."""
+
+
+class Unavailable(Exception):
+    """A backend cannot run this task; the message says why and goes in the table."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What every backend is asked to step."""
+
+    env_id: str
+    num_envs: int
+    num_threads: int
+    seed: int = 0
+
+    def actions(self, single_space: Any, batch: int) -> list[Any]:
+        """`ACTION_BATCHES` batches of `batch` random valid actions from `single_space`."""
+        from gymnasium.vector.utils import batch_space
+
+        space = batch_space(single_space, batch)
+        space.seed(self.seed)
+        return [space.sample() for _ in range(ACTION_BATCHES)]
+
+
+@dataclasses.dataclass
+class Loop:
+    """A backend ready to time: `run(k)` makes k calls of its loop body."""
+
+    run: Callable[[int], None]
+    steps_per_call: int
+    close: Callable[[], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """A backend of the benchmark."""
+
+    name: str
+    """Its `--peers` name."""
+    family: str
+    """The library; `--peers FAMILY` runs every backend of that family."""
+    label: str
+    """Its name in the table."""
+    make: Callable[[Task], Loop]
+    """Build the env and its loop for a task; raise `Unavailable` if it cannot."""
+
+
+# ---- the loops ---------------------------------------------------------------------------------
+
+
+def _sync_loop(env: Any, task: Task, steps_per_call: int) -> Loop:
+    """`env.step(actions)` over every env: the loop of every sync vector env."""
+    actions = task.actions(env.single_action_space, steps_per_call)
+    env.reset(seed=task.seed)
+    step = env.step
+    n = len(actions)
+
+    def run(k: int) -> None:
+        for i in range(k):
+            step(actions[i % n])
+
+    return Loop(run, steps_per_call, env.close)
+
+
+def _async_loop(env: Any, task: Task, batch_size: int) -> Loop:
+    """`recv()` the first batch_size envs to finish, `send` them their next actions."""
+    actions = task.actions(env.single_action_space, batch_size)
+    env.async_reset()
+    recv, send = env.recv, env.send
+    n = len(actions)
+
+    def run(k: int) -> None:
+        for i in range(k):
+            info = recv()[-1]
+            send(actions[i % n], info["env_id"])
+
+    return Loop(run, batch_size, env.close)
+
+
+def _half(n: int) -> int:
+    return max(1, n // 2)
+
+
+# ---- onebox ------------------------------------------------------------------------------------
+
+
+def _onebox(task: Task, batch_size: int | None) -> Any:
+    import onebox.envs
+
+    if task.env_id not in onebox.envs.list_envs():
+        raise Unavailable(f"n/a: onebox has no {task.env_id}")
+    return onebox.envs.make(
+        task.env_id,
+        task.num_envs,
+        batch_size=batch_size,
+        num_threads=task.num_threads,
+        seed=task.seed,
+    )
+
+
+def onebox_sync(task: Task) -> Loop:
+    return _sync_loop(_onebox(task, None), task, task.num_envs)
+
+
+def onebox_async(task: Task) -> Loop:
+    batch = _half(task.num_envs)
+    return _async_loop(_onebox(task, batch), task, batch)
+
+
+# ---- Gymnasium ---------------------------------------------------------------------------------
+
+
+def _gymnasium_spec(task: Task) -> Any:
+    import gymnasium as gym
+
+    try:
+        return gym.spec(task.env_id)
+    except gym.error.Error as e:
+        raise Unavailable(f"n/a: Gymnasium has no {task.env_id}") from e
+
+
+def gymnasium_sync(task: Task) -> Loop:
+    import gymnasium as gym
+
+    _gymnasium_spec(task)
+    env = gym.make_vec(task.env_id, num_envs=task.num_envs, vectorization_mode="sync")
+    return _sync_loop(env, task, task.num_envs)
+
+
+def gymnasium_async(task: Task) -> Loop:
+    import gymnasium as gym
+
+    _gymnasium_spec(task)
+    if task.num_envs > ASYNC_VECTOR_MAX_ENVS:
+        raise Unavailable(f"skipped: > {ASYNC_VECTOR_MAX_ENVS} envs (one process each)")
+    env = gym.make_vec(task.env_id, num_envs=task.num_envs, vectorization_mode="async")
+    return _sync_loop(env, task, task.num_envs)
+
+
+def gymnasium_vector(task: Task) -> Loop:
+    import gymnasium as gym
+
+    if _gymnasium_spec(task).vector_entry_point is None:
+        raise Unavailable(f"n/a: no numpy-vectorized {task.env_id} in Gymnasium")
+    env = gym.make_vec(task.env_id, num_envs=task.num_envs, vectorization_mode="vector_entry_point")
+    return _sync_loop(env, task, task.num_envs)
+
+
+# ---- EnvPool -----------------------------------------------------------------------------------
+
+
+def _envpool(task: Task, batch_size: int) -> Any:
+    try:
+        import envpool
+    except ImportError as e:
+        raise Unavailable("not installed") from e
+    if task.env_id not in envpool.list_all_envs():
+        raise Unavailable(f"n/a: EnvPool has no {task.env_id}")
+    return envpool.make_gymnasium(
+        task.env_id,
+        num_envs=task.num_envs,
+        batch_size=batch_size,
+        num_threads=min(task.num_threads, task.num_envs),  # as onebox: no idle threads
+        seed=task.seed,
+    )
+
+
+def envpool_sync(task: Task) -> Loop:
+    return _sync_loop(_envpool(task, task.num_envs), task, task.num_envs)
+
+
+def envpool_async(task: Task) -> Loop:
+    batch = _half(task.num_envs)
+    return _async_loop(_envpool(task, batch), task, batch)
+
+
+PEERS: tuple[Peer, ...] = (
+    Peer("onebox-sync", "onebox", "onebox sync", onebox_sync),
+    Peer("onebox-async", "onebox", "onebox async", onebox_async),
+    Peer("gymnasium-sync", "gymnasium", "Gymnasium SyncVectorEnv", gymnasium_sync),
+    Peer("gymnasium-async", "gymnasium", "Gymnasium AsyncVectorEnv", gymnasium_async),
+    Peer("gymnasium-vector", "gymnasium", "Gymnasium numpy-vectorized", gymnasium_vector),
+    Peer("envpool-sync", "envpool", "EnvPool sync", envpool_sync),
+    Peer("envpool-async", "envpool", "EnvPool async", envpool_async),
+)
+"""Every backend, in table order."""
+
+_FAMILIES = tuple(dict.fromkeys(p.family for p in PEERS))
+PeerName = Literal[tuple(p.name for p in PEERS) + _FAMILIES]  # type: ignore[valid-type]
+
+
+# ---- the command -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class EnvBenchConfig:
+    """Measure env steps/s of onebox (sync and async) next to Gymnasium's vector envs and EnvPool,
+    on the same task, numbers of envs and threads, and print them side by side.
+
+    Async backends receive num_envs/2 envs per `recv`. Gymnasium's AsyncVectorEnv (one process per
+    env) is skipped above 64 envs. With `--output FILE`, the results replace this env's section of
+    FILE, between `<!-- bench:envs:ENV -->` and `<!-- /bench:envs:ENV -->`, or are appended."""
+
+    env: str = "CartPole-v1"
+    """Env id (see `onebox envs`); peers that do not have it are marked n/a."""
+    num_envs: tuple[int, ...] = (8, 64, 512)
+    """Numbers of envs: every backend is measured at each."""
+    num_threads: int | None = None
+    """Worker threads of onebox and EnvPool (default: the physical cores)."""
+    seconds: float = 2.0
+    """Time of each measurement, after the warm-up, in seconds."""
+    warmup: float = 0.5
+    """Warm-up before each measurement, in seconds (not counted)."""
+    peers: tuple[PeerName, ...] = _FAMILIES  # type: ignore[valid-type]
+    """Backends to run, by name, or by family (onebox, gymnasium, envpool) for all of its own."""
+    seed: int = 0
+    """Seed of the envs and of the random actions."""
+    output: Path | None = None
+    """Markdown file to write the results to (e.g. docs/benchmarks.md), in this env's section."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One measurement, or why there is none."""
+
+    peer: Peer
+    num_envs: int
+    rate: float | None
+    note: str = ""
+
+
+def select_peers(names: tuple[str, ...]) -> list[Peer]:
+    """The backends named (or whose family is named) in `names`, in table order."""
+    known = {p.name for p in PEERS} | set(_FAMILIES)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown peers {unknown}; choose from {sorted(known)}")
+    return [p for p in PEERS if p.name in names or p.family in names]
+
+
+def measure_peer(peer: Peer, task: Task, seconds: float, warmup: float) -> Result:
+    """Build the backend, time its loop, close it."""
+    with warnings.catch_warnings():  # the peers' own (EnvPool warns about its spaces' bounds)
+        warnings.simplefilter("ignore")
+        try:
+            loop = peer.make(task)
+        except Unavailable as e:
+            return Result(peer, task.num_envs, None, str(e))
+        try:
+            timing = common.measure(loop.run, loop.steps_per_call, seconds, warmup)
+        finally:
+            loop.close()
+    return Result(peer, task.num_envs, timing.rate)
+
+
+def run(config: EnvBenchConfig) -> int:
+    """Run the benchmark, print the table, write the markdown section if asked."""
+    import onebox.envs
+
+    console, log = common.console(), common.console(stderr=True)
+    if config.env not in onebox.envs.list_envs():
+        close = difflib.get_close_matches(config.env, onebox.envs.list_envs(), n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown env id {config.env!r}.{hint} `onebox envs` lists them.")
+    if not config.num_envs or min(config.num_envs) < 1:
+        raise ValueError(f"--num-envs must be positive integers, got {config.num_envs}")
+    if config.seconds <= 0 or config.warmup < 0:
+        raise ValueError("--seconds must be > 0 and --warmup >= 0")
+    threads = config.num_threads or onebox.envs.physical_cores()
+    config = dataclasses.replace(config, num_threads=threads)
+    peers = select_peers(tuple(config.peers))
+
+    results = []
+    for n in config.num_envs:
+        task = Task(config.env, n, threads, config.seed)
+        for peer in peers:
+            result = measure_peer(peer, task, config.seconds, config.warmup)
+            speed = common.format_rate(result.rate) + " steps/s" if result.rate else result.note
+            log.print(f"[dim]{peer.label:<28} {n:>6} envs  {speed}[/dim]", highlight=False)
+            results.append(result)
+
+    machine = common.machine_info(("numpy", "gymnasium", "envpool"))
+    header, rows = table_rows(results)
+    title = f"{config.env}: env steps/s, {_threads(threads)}, {config.seconds:g} s per measurement"
+    console.print(_rich_table(title, header, rows))
+    console.print(_rich_machine(machine))
+    if config.output is not None:
+        command = common.command_line("onebox bench envs", config)
+        body = markdown_section(config, header, rows, machine, command, common.now())
+        path = common.write_section(config.output, section_key(config.env), body)
+        console.print(f"wrote the {config.env} section of {path}")
+    return 0
+
+
+# ---- the report --------------------------------------------------------------------------------
+
+
+def _threads(n: int | None) -> str:
+    return f"{n} thread" + ("" if n == 1 else "s")
+
+
+def section_key(env_id: str) -> str:
+    return f"bench:envs:{env_id}"
+
+
+def table_rows(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: backend, envs, steps/s, then onebox's speed over the row's, for each
+    onebox backend that ran ("onebox sync ×" = onebox sync steps/s / this row's steps/s)."""
+    ours = [p for p in dict.fromkeys(r.peer for r in results) if p.family == "onebox"]
+    header = ["backend", "envs", "steps/s", *(f"{p.label} ×" for p in ours)]
+    rates = {(r.peer.name, r.num_envs): r.rate for r in results}
+    rows = []
+    for r in results:
+        row = [r.peer.label, str(r.num_envs), common.format_rate(r.rate) if r.rate else r.note]
+        for p in ours:
+            mine = rates.get((p.name, r.num_envs))
+            row.append(common.format_ratio(mine / r.rate) if mine and r.rate else "-")
+        rows.append(row)
+    return header, rows
+
+
+def _rich_table(title: str, header: list[str], rows: list[list[str]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i != 2)
+    previous = None
+    for row in rows:
+        if previous is not None and row[1] != previous:
+            table.add_section()
+        previous = row[1]
+        table.add_row(*row)
+    return table
+
+
+def _rich_machine(machine: dict[str, str]) -> Any:
+    from rich.table import Table
+
+    table = Table.grid(padding=(0, 2))
+    for key, value in machine.items():
+        table.add_row(f"[bold]{key}[/bold]", value)
+    return table
+
+
+def markdown_section(
+    config: EnvBenchConfig,
+    header: list[str],
+    rows: list[list[str]],
+    machine: dict[str, str],
+    command: str,
+    date: str,
+) -> str:
+    """The markdown of one env's results: table, command, date, machine."""
+    right = [i > 0 for i in range(len(header))]
+    lines = [
+        f"### {config.env}",
+        "",
+        f"{_threads(config.num_threads)} for onebox and EnvPool; async backends receive "
+        f"num_envs/2 envs per `recv`; {config.seconds:g} s per measurement after "
+        f"{config.warmup:g} s of warm-up. In the × columns: that onebox backend's steps/s "
+        "divided by the row's.",
+        "",
+        common.markdown_table(header, rows, right),
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Date: {date}",
+        "",
+        "Machine:",
+        "",
+        *(f"- {key}: {value}" for key, value in machine.items()),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""The `onebox` command line.
+
+    onebox envs                 list the envs
+    onebox bench envs           env steps/s of onebox next to Gymnasium and EnvPool
+
+Commands form a tree: a `Group` (`bench`) holds commands, a `Command` (`envs`) is a leaf with a
+config dataclass, parsed by tyro (one docstring per field becomes its `--help`), and a function
+that runs it. Both are named as "module:attribute" strings and imported only when that command is
+chosen, so `onebox --help` stays fast and one command's heavy imports (torch, envpool) never slow
+down another. To add a command, write its config and run function in their own module and add one
+`Command` to `COMMANDS` (or to a group in it):
+
+    "train": Group("Train an agent.", {"ppo": Command("PPO.", "onebox.algos.ppo:Config", ...)})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A leaf command: `config` is parsed from the arguments and passed to `run`."""
+
+    help: str
+    """One line shown in the parent's `--help`."""
+    config: str
+    """The config dataclass, as "module:Name"."""
+    run: str
+    """The function called with the parsed config, as "module:name"; it may return an exit code."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """A command that only chooses among subcommands (`onebox bench ...`)."""
+
+    help: str
+    commands: dict[str, Command | Group]
+
+
+@dataclasses.dataclass
+class EnvsConfig:
+    """List every env onebox can make: id, backend, spaces and time limit."""
+
+
+COMMANDS: dict[str, Command | Group] = {
+    "envs": Command(
+        "List every env with its backend, spaces and time limit.",
+        config="onebox.cli:EnvsConfig",
+        run="onebox.cli:list_envs",
+    ),
+    "bench": Group(
+        "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool).",
+        {
+            "envs": Command(
+                "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
+                config="onebox.bench.envs:EnvBenchConfig",
+                run="onebox.bench.envs:run",
+            ),
+        },
+    ),
+}
+
+DESCRIPTION = "onebox: fast deep RL and neuroevolution on one machine."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command named by `argv` (default: `sys.argv[1:]`); return the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = _dispatch(Group(DESCRIPTION, COMMANDS), args, "onebox")
+    except SystemExit as e:  # tyro exits for --help and for bad arguments
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:
+        code = 130
+    except ValueError as e:  # bad input a command found (an unknown env id, ...)
+        print(f"onebox: error: {e}", file=sys.stderr)
+        code = 2
+    return int(code or 0)
+
+
+def _dispatch(node: Command | Group, args: list[str], prog: str) -> Any:
+    import tyro
+
+    if isinstance(node, Command):
+        config_cls = _load(node.config)
+        config = tyro.cli(config_cls, args=args, prog=prog, description=node.help)
+        return _load(node.run)(config)
+    if args and args[0] in node.commands:
+        return _dispatch(node.commands[args[0]], args[1:], f"{prog} {args[0]}")
+    # `--help`, no subcommand or an unknown one: let tyro print the help or the error, from a
+    # stand-in union of the subcommand names (their configs are not imported for this).
+    choices = [_annotated(name, child.help) for name, child in node.commands.items()]
+    if len(choices) == 1:
+        choices.append(_annotated("", "", suppress=True))
+    tyro.cli(_union(choices), args=args, prog=prog, description=node.help)
+    return 2  # tyro accepted no subcommand (cannot happen: the union has no default)
+
+
+def _annotated(name: str, help: str, suppress: bool = False) -> Any:
+    from typing import Annotated
+
+    import tyro
+
+    if suppress:
+        return Annotated[None, tyro.conf.Suppress]
+    return Annotated[None, tyro.conf.subcommand(name, constructor=_nothing, description=help)]
+
+
+def _union(options: list[Any]) -> Any:
+    from typing import Union
+
+    return Union[tuple(options)]  # noqa: UP007 (built at runtime)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _load(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+# ---- onebox envs ---------------------------------------------------------------------------------
+
+
+def list_envs(config: EnvsConfig) -> int:
+    """Print a table of every env: id, backend, observation and action spaces, time limit."""
+    from rich.table import Table
+
+    import onebox.envs
+    from onebox.bench.common import console
+
+    table = Table(title="onebox envs")
+    for column in ("env id", "backend", "observation space", "action space", "time limit"):
+        table.add_column(column, no_wrap=column == "env id")
+    for env_id in onebox.envs.list_envs():
+        env = onebox.envs.make(env_id, num_envs=1, num_threads=1)
+        try:
+            limit = env.spec.max_episode_steps if env.spec is not None else None
+            table.add_row(
+                env_id,
+                _backend(env),
+                format_space(env.single_observation_space),
+                format_space(env.single_action_space),
+                str(limit) if limit else "none",
+            )
+        finally:
+            env.close()
+    console().print(table)
+    return 0
+
+
+def _backend(env: Any) -> str:
+    """'native' for `NativeEnvPool`: each backend's pool class is named `<Backend>EnvPool`."""
+    name = type(env).__name__
+    return name.removesuffix("EnvPool").lower() or name
+
+
+def format_space(space: Any) -> str:
+    """A short description of a Gymnasium space: Box bounds only when they are uniform."""
+    import numpy as np
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        return f"Discrete({space.n})" if space.start == 0 else f"Discrete({space.n}, {space.start})"
+    if isinstance(space, spaces.Box):
+        shape = tuple(space.shape)
+        low, high = np.unique(space.low), np.unique(space.high)
+        if low.size == 1 and high.size == 1:
+            return f"Box({low[0]:g}, {high[0]:g}, {shape}, {space.dtype})"
+        return f"Box({shape}, {space.dtype})"
+    return str(space)

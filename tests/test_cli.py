@@ -1,0 +1,151 @@
+"""The `onebox` command line and the env benchmark (short runs, no timing assertions)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from onebox import cli
+from onebox.bench import common
+from onebox.bench import envs as bench_envs
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "onebox", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def test_help_lists_subcommands():
+    out = run_cli("--help")
+    assert out.returncode == 0, out.stderr
+    assert "envs" in out.stdout and "bench" in out.stdout
+
+
+def test_bench_help_lists_its_subcommands(capsys):
+    assert cli.main(["bench", "--help"]) == 0
+    assert "envs" in capsys.readouterr().out
+
+
+def test_bench_envs_help_documents_every_field(capsys):
+    assert cli.main(["bench", "envs", "--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--env", "--num-envs", "--num-threads", "--seconds", "--peers", "--output"):
+        assert flag in out
+    assert "physical cores" in out  # a field's docstring
+
+
+@pytest.mark.parametrize("argv", [[], ["bnech"], ["bench"], ["bench", "nope"]])
+def test_missing_or_unknown_subcommand_fails(argv, capsys):
+    assert cli.main(argv) == 2
+
+
+def test_every_command_loads():
+    def leaves(node, prefix):
+        if isinstance(node, cli.Group):
+            for name, child in node.commands.items():
+                yield from leaves(child, (*prefix, name))
+        else:
+            yield prefix, node
+
+    for path, command in leaves(cli.Group("", cli.COMMANDS), ()):
+        assert callable(cli._load(command.run)), path
+        assert hasattr(cli._load(command.config), "__dataclass_fields__"), path
+
+
+def test_envs_lists_cartpole(capsys):
+    assert cli.main(["envs"]) == 0
+    out = capsys.readouterr().out
+    assert "CartPole-v1" in out and "native" in out and "Discrete(2)" in out and "500" in out
+
+
+def test_bench_envs_runs_and_prints_a_table():
+    out = run_cli(
+        "bench", "envs", "--seconds", "0.2", "--warmup", "0.05", "--num-envs", "8",
+        "--peers", "onebox", "gymnasium-sync",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    for text in ("onebox sync", "onebox async", "Gymnasium SyncVectorEnv", "steps/s", "cpu"):
+        assert text in out.stdout
+    assert "EnvPool" not in out.stdout
+
+
+def test_bench_envs_writes_its_section(tmp_path, capsys):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nintro\n")
+    argv = ["bench", "envs", "--seconds", "0.05", "--warmup", "0", "--num-envs", "2",
+            "--peers", "onebox-sync", "--num-threads", "1", "--output", str(doc)]  # fmt: skip
+    assert cli.main(argv) == 0
+    text = doc.read_text()
+    assert text.startswith("# Benchmarks\n\nintro\n")
+    assert text.count("<!-- bench:envs:CartPole-v1 -->") == 1
+    assert "--peers onebox-sync" in text and "onebox sync" in text
+    assert cli.main(argv) == 0
+    assert doc.read_text().count("<!-- /bench:envs:CartPole-v1 -->") == 1
+
+
+def test_unknown_env_is_an_error(capsys):
+    assert cli.main(["bench", "envs", "--env", "CartPol-v1", "--peers", "onebox-sync"]) == 2
+    assert "CartPole-v1" in capsys.readouterr().err
+
+
+def test_unavailable_peers_say_why():
+    task = bench_envs.Task("CartPole-v1", bench_envs.ASYNC_VECTOR_MAX_ENVS + 1, 1)
+    peer = next(p for p in bench_envs.PEERS if p.name == "gymnasium-async")
+    result = bench_envs.measure_peer(peer, task, seconds=0.01, warmup=0)
+    assert result.rate is None and "skipped" in result.note
+    header, rows = bench_envs.table_rows([result])
+    assert header == ["backend", "envs", "steps/s"]  # no onebox row: no ratio columns
+    assert rows == [["Gymnasium AsyncVectorEnv", "65", result.note]]
+
+
+def test_select_peers():
+    names = [p.name for p in bench_envs.select_peers(("gymnasium-sync", "onebox"))]
+    assert names == ["onebox-sync", "onebox-async", "gymnasium-sync"]
+    with pytest.raises(ValueError):
+        bench_envs.select_peers(("nope",))
+
+
+def test_write_section_is_idempotent(tmp_path):
+    path = tmp_path / "docs" / "b.md"
+    common.write_section(path, "bench:envs:X", "first")
+    assert path.read_text() == "<!-- bench:envs:X -->\nfirst\n<!-- /bench:envs:X -->\n"
+    path.write_text("# Title\n\nbefore\n\n" + path.read_text() + "\nafter\n")
+    common.write_section(path, "bench:envs:Y", "other")
+    common.write_section(path, "bench:envs:X", "second\n| a | b |")
+    once = path.read_text()
+    common.write_section(path, "bench:envs:X", "second\n| a | b |")
+    assert path.read_text() == once
+    assert once == (
+        "# Title\n\nbefore\n\n<!-- bench:envs:X -->\nsecond\n| a | b |\n<!-- /bench:envs:X -->\n"
+        "\nafter\n\n<!-- bench:envs:Y -->\nother\n<!-- /bench:envs:Y -->\n"
+    )
+
+
+def test_write_section_refuses_an_unclosed_section(tmp_path):
+    path = tmp_path / "b.md"
+    path.write_text("<!-- bench:envs:X -->\nold\n")
+    with pytest.raises(ValueError):
+        common.write_section(path, "bench:envs:X", "new")
+
+
+def test_measure_counts_steps():
+    calls = []
+    timing = common.measure(lambda k: calls.append(k), steps_per_call=3, seconds=0.01, warmup=0)
+    assert timing.steps == 3 * sum(calls[1:]) and timing.seconds >= 0.01
+
+
+def test_command_line_and_formats():
+    config = bench_envs.EnvBenchConfig(num_envs=(8, 64), peers=("onebox",), num_threads=2)
+    line = common.command_line("onebox bench envs", config)
+    assert line.startswith("onebox bench envs --env CartPole-v1 --num-envs 8 64 --num-threads 2")
+    assert "--output" not in line
+    assert common.format_rate(1234567) == "1.23M" and common.format_rate(987) == "987"
+    assert common.format_ratio(3.14159) == "3.14×" and common.format_ratio(48.2) == "48×"
