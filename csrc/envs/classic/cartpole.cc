@@ -38,9 +38,9 @@ struct CartPole {
   StepResult Step(const Act* action, Rng&, Obs* obs, double*) {
     const double force = action[0] == 1 ? kForceMag : -kForceMag;
     const double cost = std::cos(s_[2]), sint = std::sin(s_[2]);
-    const double temp = (force + kPoleMassLength * s_[3] * s_[3] * sint) / kTotalMass;
+    const double temp = (force + kPoleMassLength * (s_[3] * s_[3]) * sint) / kTotalMass;
     const double thetaacc =
-        (kGravity * sint - cost * temp) / (kLength * (4.0 / 3.0 - kMassPole * cost * cost / kTotalMass));
+        (kGravity * sint - cost * temp) / (kLength * (4.0 / 3.0 - kMassPole * (cost * cost) / kTotalMass));
     const double xacc = temp - kPoleMassLength * thetaacc * cost / kTotalMass;
     s_[0] += kTau * s_[1];
     s_[1] += kTau * xacc;
