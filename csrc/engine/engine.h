@@ -169,6 +169,8 @@ class EngineT final : public Engine {
     envs_.reserve(opt.num_envs);
     for (int i = 0; i < opt.num_envs; ++i) envs_.emplace_back(cfg);
   }
+  // Stop the workers before envs_ is destroyed: they may still be stepping them.
+  ~EngineT() override { Close(); }
 
   bool has_state() const override { return detail::HasState<E>::value; }
   std::vector<double> GetState(int env_id) const override {

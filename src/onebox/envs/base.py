@@ -61,9 +61,11 @@ def expand_seeds(seed: SeedLike, num_envs: int) -> list[int]:
     """Per-env seeds as Gymnasium's vector envs do: `seed + i` for an int, or one per env."""
     if seed is None:
         return []
-    if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
+    if _is_int(seed):
         seeds = [int(seed) + i for i in range(num_envs)]
-    elif isinstance(seed, Sequence | np.ndarray):
+    elif isinstance(seed, Sequence | np.ndarray) and not isinstance(seed, str | bytes):
+        if not all(_is_int(s) for s in seed):
+            raise TypeError(f"seeds must be integers, got {list(seed)!r}")
         seeds = [int(s) for s in seed]
         if len(seeds) != num_envs:
             raise ValueError(
@@ -76,6 +78,17 @@ def expand_seeds(seed: SeedLike, num_envs: int) -> list[int]:
     if any(s < 0 or s >= 2**64 for s in seeds):
         raise ValueError("seeds must be in [0, 2**64)")
     return seeds
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool | np.bool_)
+
+
+def check_seed(seed: Any) -> int:
+    """Validate a base seed: an integer in [0, 2**64)."""
+    if not _is_int(seed) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be a non-negative integer below 2**64, got {seed!r}")
+    return int(seed)
 
 
 def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
@@ -92,9 +105,15 @@ def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
 
 
 class EnvPool(VectorEnv, abc.ABC):
-    """A Gymnasium `VectorEnv` with EnvPool's async `send`/`recv` API."""
+    """A Gymnasium `VectorEnv` with EnvPool's async `send`/`recv` API; a context manager."""
 
     batch_size: int
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @abc.abstractmethod
     def send(self, actions: Any, env_ids: Any = None) -> None:

@@ -12,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from onebox import _engine
-from onebox.envs.base import EnvPool, SeedLike, check_pool_args, expand_seeds, parse_autoreset_mode
+from onebox.envs.base import EnvPool, SeedLike, check_pool_args, check_seed, expand_seeds, parse_autoreset_mode
 
 
 def native_ids() -> list[str]:
@@ -38,7 +38,7 @@ def resolve_options(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         default = declared[name][0]
         if isinstance(default, bool):
             ok = isinstance(value, bool | np.bool_)
-            value = bool(value)
+            value = bool(value) if ok else value
         elif isinstance(default, int):
             ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
             value = int(value) if ok else value
@@ -111,8 +111,7 @@ class NativeEnvPool(EnvPool):
             raise ValueError(f"{env_id!r} is not a native env.{hint}")
         num_envs, batch_size, num_threads = check_pool_args(num_envs, batch_size, num_threads)
         mode = parse_autoreset_mode(autoreset_mode)
-        if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        seed = check_seed(seed)
         config = resolve_options(env_id, env_kwargs)
         spec = _engine.env_spec(env_id, config)
         if max_episode_steps is None:
@@ -203,6 +202,9 @@ class NativeEnvPool(EnvPool):
             if ids.dtype != np.int32:
                 if ids.dtype.kind not in "iu":
                     raise TypeError(f"env_ids must be integers, got dtype {ids.dtype}")
+                if ids.size and (ids.min() < 0 or ids.max() >= self.num_envs):
+                    bad = ids[(ids < 0) | (ids >= self.num_envs)][0]
+                    raise ValueError(f"env id {bad} is out of range [0, {self.num_envs})")
                 ids = ids.astype(np.int32)
             if ids.ndim != 1:
                 raise ValueError(f"env_ids must be one-dimensional, got shape {ids.shape}")
@@ -224,11 +226,16 @@ class NativeEnvPool(EnvPool):
 
     def get_state(self, env_id: int) -> np.ndarray:
         """The internal state of env `env_id` (for tests and debugging; not all envs have one)."""
-        return np.asarray(self._engine.get_state(env_id))
+        return np.asarray(self._engine.get_state(self._env_index(env_id)))
 
     def set_state(self, env_id: int, state: Any) -> None:
         """Overwrite the internal state of env `env_id` (for tests and debugging)."""
-        self._engine.set_state(env_id, [float(v) for v in np.ravel(state)])
+        self._engine.set_state(self._env_index(env_id), [float(v) for v in np.ravel(state)])
+
+    def _env_index(self, env_id: Any) -> int:
+        if not isinstance(env_id, int | np.integer) or not 0 <= env_id < self.num_envs:
+            raise IndexError(f"env id {env_id!r} is out of range [0, {self.num_envs})")
+        return int(env_id)
 
     def _actions(self, actions: Any, shape: tuple[int, ...]) -> np.ndarray:
         a = actions
@@ -242,7 +249,7 @@ class NativeEnvPool(EnvPool):
                 )
             if not self._discrete and kind not in "fiu":
                 raise TypeError(f"continuous actions must be numbers, got dtype {a.dtype}")
-            a = np.ascontiguousarray(a, dtype=self._act_dtype)
+            a = np.asarray(a, dtype=self._act_dtype, order="C")
         if a.shape != shape:
             raise ValueError(f"actions must have shape {shape}, got {a.shape}")
         return a
