@@ -12,7 +12,14 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from onebox import _engine
-from onebox.envs.base import EnvPool, SeedLike, check_pool_args, check_seed, expand_seeds, parse_autoreset_mode
+from onebox.envs.base import (
+    EnvPool,
+    SeedLike,
+    check_pool_args,
+    check_seed,
+    expand_seeds,
+    parse_autoreset_mode,
+)
 
 
 def native_ids() -> list[str]:
