@@ -254,6 +254,9 @@ void Engine::Recv() {
                            " envs are pending but batch_size is " + std::to_string(b) +
                            "; send() more envs first");
   int32_t* ids = batch_.env_id.As<int32_t>();
+  // The caller would only wait: it steps pending envs itself until the batch is complete.
+  while (done_count_.load(std::memory_order_acquire) < b && HelpOnce()) {
+  }
   {
     std::unique_lock<std::mutex> lock = WaitDoneLocked(b);
     if (!error_.empty()) throw std::runtime_error("an env raised an error: " + error_);
@@ -280,12 +283,14 @@ void Engine::Recv() {
 }
 
 void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps) {
+  // num_threads threads step envs at once: the workers, or the caller and one worker fewer.
+  const int helpers = static_cast<int>(workers_.size()) - (caller_helps ? 1 : 0);
   const double est = n * cost_ns_.load(std::memory_order_relaxed);
-  if (workers_.empty() || est < (caller_helps ? kInlineNs : kAsyncInlineNs)) {
+  if (helpers <= 0 || est < (caller_helps ? kInlineNs : kAsyncInlineNs)) {
     Execute(ids, n);
     return;
   }
-  const int slots = static_cast<int>(workers_.size()) + (caller_helps ? 1 : 0);
+  const int slots = helpers + 1;  // the caller helps too: now (sync) or while it waits in recv
   const int chunks = std::min(n, std::max(slots, std::min(4 * slots, static_cast<int>(est / kChunkNs))));
   bool wake;
   {
@@ -296,22 +301,25 @@ void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps) {
       pending_[pending_head_] = ids[k];
       pending_head_ = Next(pending_head_, cap);
     }
+    active_limit_.store(helpers, std::memory_order_relaxed);
     pending_count_.fetch_add(n, std::memory_order_release);
     wake = sleeping_workers_ > 0;
   }
   if (wake) work_cv_.notify_all();
-  if (caller_helps) {
-    int32_t* local = scratch_.back().data();
-    while (true) {
-      int k;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        k = PopChunkLocked(local);
-      }
-      if (k == 0) break;
-      Execute(local, k);
+  if (caller_helps)
+    while (HelpOnce()) {
     }
+}
+
+bool Engine::HelpOnce() {
+  int32_t* local = scratch_.back().data();
+  int k;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    k = PopChunkLocked(local);
   }
+  if (k) Execute(local, k);
+  return k > 0;
 }
 
 int Engine::PopChunkLocked(int32_t* out) {
@@ -382,7 +390,11 @@ void Engine::WorkerLoop(int k) {
     pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
   }
   int32_t* local = scratch_[k].data();
-  auto has_work = [&] { return pending_count_.load(std::memory_order_acquire) > 0; };
+  // Work for this worker: pending envs, and fewer workers busy than the current call allows.
+  auto has_work = [&] {
+    return pending_count_.load(std::memory_order_acquire) > 0 &&
+           active_.load(std::memory_order_relaxed) < active_limit_.load(std::memory_order_relaxed);
+  };
   while (true) {
     Spin([&] { return has_work() || stop_flag_.load(std::memory_order_relaxed); });
     int n;
@@ -395,8 +407,10 @@ void Engine::WorkerLoop(int k) {
       }
       if (stop_) return;
       n = PopChunkLocked(local);
+      active_.fetch_add(1, std::memory_order_relaxed);
     }
     if (n) Execute(local, n);
+    active_.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 

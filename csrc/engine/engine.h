@@ -110,7 +110,8 @@ class Engine {
   void ApplySeeds(const std::vector<uint64_t>& seeds);
   void Dispatch(const int32_t* ids, int n, bool caller_helps);
   void Execute(const int32_t* ids, int n);
-  int PopChunkLocked(int32_t* out);  // with mu_ held; returns the chunk's size
+  int PopChunkLocked(int32_t* out);
+  bool HelpOnce();  // the calling thread steps one pending chunk; false if none was pending  // with mu_ held; returns the chunk's size
   void WaitDone(int count);  // wait for `count` completions, then empty the done ring
   std::unique_lock<std::mutex> WaitDoneLocked(int count);
   void WorkerLoop(int k);
@@ -131,6 +132,8 @@ class Engine {
   std::atomic<int> pending_count_{0};
   int chunk_size_ = 1;
   int sleeping_workers_ = 0;
+  std::atomic<int> active_{0};        // workers stepping a chunk
+  std::atomic<int> active_limit_{0};  // how many may (the caller counts as one in sync calls)
   bool stop_ = false;
   std::atomic<bool> stop_flag_{false};
 
