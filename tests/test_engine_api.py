@@ -645,3 +645,26 @@ def test_dropping_a_pool_while_workers_step_does_not_crash():
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", (
         f"exit code {proc.returncode}\n{proc.stderr[-3000:]}"
     )
+
+
+def test_pinned_threads_give_the_same_results():
+    n = 4096
+    actions = np.random.default_rng(0).integers(0, 2, size=(50, n))
+    results = []
+    for offset in (-1, 0):
+        pool = onebox.envs.make("CartPole-v1", n, num_threads=2, thread_affinity_offset=offset)
+        try:
+            obs, _ = pool.reset(seed=3)
+            trace = [obs]
+            for a in actions:
+                trace.append(pool.step(a)[0])
+            results.append(np.stack(trace))
+        finally:
+            pool.close()
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("offset", [-2, 1.5, "0"])
+def test_bad_thread_affinity_offset(offset):
+    with pytest.raises(ValueError, match="thread_affinity_offset"):
+        onebox.envs.make("CartPole-v1", 2, thread_affinity_offset=offset)

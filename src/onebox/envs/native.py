@@ -119,6 +119,11 @@ class NativeEnvPool(EnvPool):
         num_envs, batch_size, num_threads = check_pool_args(num_envs, batch_size, num_threads)
         mode = parse_autoreset_mode(autoreset_mode)
         seed = check_seed(seed)
+        if not isinstance(thread_affinity_offset, int | np.integer) or thread_affinity_offset < -1:
+            raise ValueError(
+                "thread_affinity_offset must be -1 (no pinning) or the first CPU index, "
+                f"got {thread_affinity_offset!r}"
+            )
         config = resolve_options(env_id, env_kwargs)
         spec = _engine.env_spec(env_id, config)
         if max_episode_steps is None:
