@@ -83,7 +83,6 @@ class Engine {
   // Estimated cost of one env step in nanoseconds (drives chunking).
   double step_cost_ns() const { return cost_ns_.load(std::memory_order_relaxed); }
 
-  virtual bool has_state() const = 0;
   virtual std::vector<double> GetState(int env_id) const = 0;
   virtual void SetState(int env_id, const std::vector<double>& state) = 0;
 
@@ -175,7 +174,6 @@ class EngineT final : public Engine {
   // Stop the workers before envs_ is destroyed: they may still be stepping them.
   ~EngineT() override { Close(); }
 
-  bool has_state() const override { return detail::HasState<E>::value; }
   std::vector<double> GetState(int env_id) const override {
     if constexpr (detail::HasState<E>::value) return envs_.at(env_id).GetState();
     else throw std::logic_error("this env does not expose its state");

@@ -162,7 +162,6 @@ NB_MODULE(_engine, m) {
       .def_prop_ro("closed", &Engine::closed)
       .def_prop_ro("pending", &Engine::pending)
       .def_prop_ro("step_cost_ns", &Engine::step_cost_ns)
-      .def_prop_ro("has_state", &Engine::has_state)
       .def("get_state", &Engine::GetState, "env_id"_a)
       .def("set_state", &Engine::SetState, "env_id"_a, "state"_a);
 }
