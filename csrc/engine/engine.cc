@@ -123,7 +123,6 @@ void Engine::Close() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
     stop_ = true;
-    stop_flag_.store(true, std::memory_order_relaxed);
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -396,7 +395,7 @@ void Engine::WorkerLoop(int k) {
            active_.load(std::memory_order_relaxed) < active_limit_.load(std::memory_order_relaxed);
   };
   while (true) {
-    Spin([&] { return has_work() || stop_flag_.load(std::memory_order_relaxed); });
+    Spin([&] { return has_work() || stop_.load(std::memory_order_relaxed); });
     int n;
     {
       std::unique_lock<std::mutex> lock(mu_);

@@ -133,8 +133,7 @@ class Engine {
   int sleeping_workers_ = 0;
   std::atomic<int> active_{0};        // workers stepping a chunk
   std::atomic<int> active_limit_{0};  // how many may (the caller counts as one in sync calls)
-  bool stop_ = false;
-  std::atomic<bool> stop_flag_{false};
+  std::atomic<bool> stop_{false};  // set under mu_; read lock-free while spinning
 
   // Completed env ids, in completion order.
   std::mutex done_mu_;
