@@ -8,22 +8,60 @@
 Every pool is a `gymnasium.vector.VectorEnv` and also has EnvPool's async API:
 `async_reset()`, `send(actions, env_ids)` and `recv()`, which returns the first `batch_size` envs
 to finish with their ids in `info["env_id"]`.
+
+Backends are pool classes listed in `BACKENDS`, fastest first; `make` picks the first whose
+`handles(env_id)` is true, or the one named by `backend=`.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from typing import Any
 
 from onebox.envs.base import EnvPool, physical_cores
-from onebox.envs.native import NativeEnvPool, native_ids, native_options
+from onebox.envs.native import NativeEnvPool
 
-__all__ = ["EnvPool", "NativeEnvPool", "list_envs", "make", "physical_cores"]
+__all__ = [
+    "BACKENDS",
+    "EnvPool",
+    "NativeEnvPool",
+    "backend_of",
+    "env_options",
+    "list_envs",
+    "make",
+    "physical_cores",
+]
+
+BACKENDS: dict[str, str] = {
+    "native": "onebox.envs.native:NativeEnvPool",
+}
+"""Backend name -> its pool class as "module:Class", in the order `make` tries them. A pool class
+has classmethods `ids()` (the ids it lists) and `handles(env_id)`, and takes
+`(env_id, num_envs, *, batch_size, num_threads, seed, **kwargs)`."""
+
+
+def _pool_class(backend: str) -> type[EnvPool]:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    module, _, name = BACKENDS[backend].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def backend_of(env_id: str) -> str | None:
+    """The backend `make` would use for `env_id`, or None if no backend handles it."""
+    for backend in BACKENDS:
+        if _pool_class(backend).handles(env_id):
+            return backend
+    return None
 
 
 def list_envs() -> list[str]:
     """Ids of every env onebox can make, sorted."""
-    return sorted(native_ids())
+    ids: set[str] = set()
+    for backend in BACKENDS:
+        ids.update(_pool_class(backend).ids())
+    return sorted(ids)
 
 
 def make(
@@ -32,25 +70,37 @@ def make(
     batch_size: int | None = None,
     num_threads: int | None = None,
     seed: int = 0,
+    *,
+    backend: str | None = None,
     **env_kwargs: Any,
 ) -> EnvPool:
-    """Make a pool of `num_envs` envs `env_id`; see `NativeEnvPool` for the keyword arguments."""
+    """Make a pool of `num_envs` envs `env_id` with the fastest backend that has it.
+
+    `backend=` forces one (see `BACKENDS`); the other keyword arguments are the backend pool's
+    (e.g. `NativeEnvPool`) and the env's own options.
+    """
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {type(env_id).__name__}")
-    if env_id in native_ids():
-        return NativeEnvPool(
-            env_id,
-            num_envs,
-            batch_size=batch_size,
-            num_threads=num_threads,
-            seed=seed,
-            **env_kwargs,
-        )
-    close = difflib.get_close_matches(env_id, list_envs(), n=3, cutoff=0.5)
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise ValueError(f"unknown env id {env_id!r}.{hint} `onebox envs` lists the available ids.")
+    chosen = backend if backend is not None else backend_of(env_id)
+    if chosen is None:
+        close = difflib.get_close_matches(env_id, list_envs(), n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown env id {env_id!r}.{hint} `onebox envs` lists the available ids.")
+    pool = _pool_class(chosen)
+    if not pool.handles(env_id):
+        raise ValueError(f"the {chosen} backend has no env {env_id!r}; `onebox envs` lists its ids")
+    return pool(
+        env_id,
+        num_envs,
+        batch_size=batch_size,
+        num_threads=num_threads,
+        seed=seed,
+        **env_kwargs,
+    )
 
 
 def env_options(env_id: str) -> dict[str, tuple[Any, str]]:
-    """The options an env takes as keyword arguments of `make`: name -> (default, doc)."""
+    """The options a native env takes as keyword arguments of `make`: name -> (default, doc)."""
+    from onebox.envs.native import native_options
+
     return native_options(env_id)

@@ -98,6 +98,16 @@ class NativeEnvPool(EnvPool):
     action bounds are clipped by the env as in Gymnasium.
     """
 
+    @classmethod
+    def ids(cls) -> list[str]:
+        """Ids of the envs implemented in C++."""
+        return native_ids()
+
+    @classmethod
+    def handles(cls, env_id: str) -> bool:
+        """Whether `env_id` is a native env."""
+        return env_id in native_ids()
+
     def __init__(
         self,
         env_id: str,
