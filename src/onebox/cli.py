@@ -21,6 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import tyro
+
 
 @dataclasses.dataclass(frozen=True)
 class Command:
@@ -40,6 +42,8 @@ class Group:
 
     help: str
     commands: dict[str, Command | Group]
+    fallback: Command | None = None
+    """Run when the arguments start with an option instead of a subcommand (`--resume ...`)."""
 
 
 @dataclasses.dataclass
@@ -47,7 +51,49 @@ class EnvsConfig:
     """List every env onebox can make: id, backend, spaces and time limit."""
 
 
+@dataclasses.dataclass
+class ResumeConfig:
+    """Continue a training run from its last checkpoint, with its own config."""
+
+    resume: str
+    """The run folder, e.g. runs/CartPole-v1__ppo__1__20261121-120000."""
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    """Play a trained policy and report its returns; optionally record a video."""
+
+    run_dir: tyro.conf.Positional[str]
+    """The run folder."""
+    episodes: int = 10
+    """Episodes to play."""
+    video: bool = False
+    """Also record the first episode to `<run>/videos/eval.mp4`."""
+    seed: int = 12345
+    """Seed of the evaluation envs (distinct from training seeds)."""
+
+
 COMMANDS: dict[str, Command | Group] = {
+    "train": Group(
+        "Train an agent: `ppo`; `onebox train --resume RUN` continues a run.",
+        {
+            "ppo": Command(
+                "PPO with CleanRL's defaults per env family.",
+                config="onebox.algos.ppo:Config",
+                run="onebox.algos.launch:train",
+            ),
+        },
+        fallback=Command(
+            "Continue a run from its last checkpoint.",
+            config="onebox.cli:ResumeConfig",
+            run="onebox.algos.launch:resume",
+        ),
+    ),
+    "eval": Command(
+        "Play a trained run's policy; `--video` writes an mp4.",
+        config="onebox.cli:EvalConfig",
+        run="onebox.algos.launch:evaluate",
+    ),
     "envs": Command(
         "List every env with its backend, spaces and time limit.",
         config="onebox.cli:EnvsConfig",
@@ -84,14 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(node: Command | Group, args: list[str], prog: str) -> Any:
-    import tyro
-
     if isinstance(node, Command):
         config_cls = _load(node.config)
         config = tyro.cli(config_cls, args=args, prog=prog, description=node.help)
         return _load(node.run)(config)
     if args and args[0] in node.commands:
         return _dispatch(node.commands[args[0]], args[1:], f"{prog} {args[0]}")
+    if node.fallback is not None and args and args[0] not in ("-h", "--help"):
+        return _dispatch(node.fallback, args, prog)
     # `--help`, no subcommand or an unknown one: let tyro print the help or the error, from a
     # stand-in union of the subcommand names (their configs are not imported for this).
     choices = [_annotated(name, child.help) for name, child in node.commands.items()]
@@ -103,8 +149,6 @@ def _dispatch(node: Command | Group, args: list[str], prog: str) -> Any:
 
 def _annotated(name: str, help: str, suppress: bool = False) -> Any:
     from typing import Annotated
-
-    import tyro
 
     if suppress:
         return Annotated[None, tyro.conf.Suppress]
