@@ -1,0 +1,234 @@
+"""Metrics of a run: TensorBoard scalars, the same in `metrics.csv`, and optionally Weights & Biases.
+
+`metrics.csv` is in long format, one scalar per row: `step,time,tag,value`, where `time` is the wall
+seconds since the run began (continuing across resumes). A resumed run first drops the rows after its
+checkpoint's step, since it redoes those steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import dataclasses
+import math
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CSV_FILE = "metrics.csv"
+CSV_HEADER = ("step", "time", "tag", "value")
+RETURN_TAG = "charts/episodic_return"
+LENGTH_TAG = "charts/episodic_length"
+WINDOW = 100
+"""Finished episodes kept for `Logger.recent_returns`."""
+RECENT = 20
+"""Episodes averaged by `Logger.recent_return`."""
+CSV_FLUSH_SECONDS = 5.0
+
+
+class Logger:
+    """Writes scalars to TensorBoard (`run_dir`), `run_dir/"metrics.csv"` and, with `track`, W&B.
+
+    Resuming: pass the checkpoint's `start_step` and `elapsed` (from `Logger.elapsed()` when it was
+    saved); TensorBoard purges events after `start_step` and the CSV drops rows after it.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        start_step: int = 0,
+        elapsed: float = 0.0,
+        track: bool = False,
+        project: str = "onebox",
+        config: Any = None,
+    ) -> None:
+        if start_step < 0:
+            raise ValueError(f"start_step must be >= 0, got {start_step}")
+        if not math.isfinite(elapsed) or elapsed < 0:
+            raise ValueError(f"elapsed must be a finite number of seconds >= 0, got {elapsed}")
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._elapsed0 = float(elapsed)
+        self._t0 = time.perf_counter()
+        self._returns: collections.deque[float] = collections.deque(maxlen=WINDOW)
+        self._wandb: Any = None
+        if track:  # first, so a missing wandb fails before any file is touched
+            self._wandb = _init_wandb(self.run_dir, project, config)
+
+        self._csv_path = self.run_dir / CSV_FILE
+        _truncate_csv(self._csv_path, start_step)
+        new = not self._csv_path.exists() or self._csv_path.stat().st_size == 0
+        self._csv_file = open(self._csv_path, "a", newline="", buffering=1 << 16)  # noqa: SIM115
+        self._csv = csv.writer(self._csv_file, lineterminator="\n")
+        if new:
+            self._csv.writerow(CSV_HEADER)
+        self._last_flush = self._t0
+
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._tb = SummaryWriter(
+            log_dir=str(self.run_dir),
+            purge_step=start_step if start_step > 0 else None,
+            flush_secs=10,
+        )
+        self._closed = False
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        """Log each `tag: value` of `values` at env step `step`."""
+        self._check_open()
+        now = self.elapsed()
+        step = int(step)
+        floats = {tag: float(value) for tag, value in values.items()}
+        for tag, value in floats.items():
+            self._tb.add_scalar(tag, value, step)
+            self._csv.writerow((step, f"{now:.3f}", tag, repr(value)))
+        if self._wandb is not None and floats:
+            self._wandb.log(floats, step=step)
+        self._maybe_flush()
+
+    def episodes(
+        self,
+        step: int,
+        returns: Sequence[float] | np.ndarray,
+        lengths: Sequence[int] | np.ndarray,
+    ) -> None:
+        """Log each finished episode's return and length at `step` (`charts/episodic_*`).
+
+        TensorBoard and the CSV get every episode; W&B, which keeps one value per tag and step,
+        gets their means.
+        """
+        self._check_open()
+        returns = np.asarray(returns, dtype=np.float64).reshape(-1)
+        lengths = np.asarray(lengths).reshape(-1)
+        if returns.shape != lengths.shape:
+            raise ValueError(
+                f"episodes: {returns.size} returns but {lengths.size} lengths; pass one of each "
+                "per finished episode"
+            )
+        now = self.elapsed()
+        step = int(step)
+        for ret, length in zip(returns.tolist(), lengths.tolist(), strict=True):
+            self._tb.add_scalar(RETURN_TAG, ret, step)
+            self._tb.add_scalar(LENGTH_TAG, length, step)
+            self._csv.writerow((step, f"{now:.3f}", RETURN_TAG, repr(float(ret))))
+            self._csv.writerow((step, f"{now:.3f}", LENGTH_TAG, repr(float(length))))
+        if self._wandb is not None and returns.size:  # W&B keeps one value per tag and step
+            self._wandb.log(
+                {RETURN_TAG: float(returns.mean()), LENGTH_TAG: float(lengths.mean())}, step=step
+            )
+        self._returns.extend(returns.tolist())
+        self._maybe_flush()
+
+    @property
+    def recent_return(self) -> float | None:
+        """Mean return of the last 20 finished episodes; None before the first one."""
+        if not self._returns:
+            return None
+        recent = list(self._returns)[-RECENT:]
+        return sum(recent) / len(recent)
+
+    @property
+    def recent_returns(self) -> list[float]:
+        """Returns of the last 100 finished episodes, oldest first."""
+        return list(self._returns)
+
+    def elapsed(self) -> float:
+        """Wall seconds since the run began, including the time before a resume."""
+        return self._elapsed0 + time.perf_counter() - self._t0
+
+    def flush(self) -> None:
+        """Write everything buffered to disk."""
+        if self._closed:
+            return
+        self._csv_file.flush()
+        self._tb.flush()
+        self._last_flush = time.perf_counter()
+
+    def close(self) -> None:
+        """Flush and close every writer (W&B too). Calling it again does nothing."""
+        if self._closed:
+            return
+        self.flush()
+        self._csv_file.close()
+        self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+        self._closed = True
+
+    def __enter__(self) -> Logger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _maybe_flush(self) -> None:
+        if time.perf_counter() - self._last_flush >= CSV_FLUSH_SECONDS:
+            self._csv_file.flush()
+            self._last_flush = time.perf_counter()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Logger is closed; make a new one to log more")
+
+
+def _truncate_csv(path: Path, start_step: int) -> None:
+    """Drop the rows of `path` after `start_step`, and any row cut short by a crash."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, newline="") as f:
+        text = f.read()
+    lines = text.split("\n")
+    header = next(csv.reader(lines[:1]), None)
+    if tuple(header or ()) != CSV_HEADER:
+        raise ValueError(
+            f"{path} does not start with the header {','.join(CSV_HEADER)}; it is not a onebox "
+            "metrics file (move it away to resume this run)"
+        )
+    if not text.endswith("\n"):
+        lines = lines[:-1]  # the last row was being written when the process died
+    kept = [lines[0]]
+    for line in lines[1:]:
+        row = next(csv.reader([line]), [])
+        step = _int_or_none(row[0]) if len(row) == 4 else None
+        if step is not None and step <= start_step:
+            kept.append(line)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        f.write("\n".join(kept) + "\n")
+    os.replace(tmp, path)
+
+
+def _int_or_none(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _init_wandb(run_dir: Path, project: str, config: Any) -> Any:
+    try:
+        import wandb
+    except ImportError as e:
+        raise RuntimeError("--track needs Weights & Biases: pip install wandb") from e
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        config = dataclasses.asdict(config)
+    id_file = run_dir / "wandb_id.txt"
+    if id_file.is_file():
+        run_id = id_file.read_text().strip()
+    else:
+        run_id = uuid.uuid4().hex[:16]
+        id_file.write_text(run_id + "\n")
+    return wandb.init(
+        project=project,
+        config=config,
+        dir=str(run_dir),
+        name=run_dir.name,
+        resume="allow",
+        id=run_id,
+    )
