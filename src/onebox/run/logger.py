@@ -35,7 +35,8 @@ class Logger:
     """Writes scalars to TensorBoard (`run_dir`), `run_dir/"metrics.csv"` and, with `track`, W&B.
 
     Resuming: pass the checkpoint's `start_step` and `elapsed` (from `Logger.elapsed()` when it was
-    saved); TensorBoard purges events after `start_step` and the CSV drops rows after it.
+    saved); TensorBoard and the CSV both drop what was logged at steps after `start_step` (what was
+    logged at `start_step` itself, before the checkpoint was saved, stays).
     """
 
     def __init__(
@@ -74,7 +75,8 @@ class Logger:
 
         self._tb = SummaryWriter(
             log_dir=str(self.run_dir),
-            purge_step=start_step if start_step > 0 else None,
+            # TensorBoard purges events at steps >= purge_step; the CSV keeps step == start_step
+            purge_step=start_step + 1 if start_step > 0 else None,
             flush_secs=10,
         )
         self._closed = False
