@@ -397,3 +397,19 @@ def test_write_video_bad_frames(tmp_path):
     with pytest.raises(ValueError, match="one shape"):
         write_video([np.zeros((8, 8), np.uint8), np.zeros((8, 6), np.uint8)], tmp_path / "a.mp4")
     assert not (tmp_path / "a.mp4").exists()
+
+
+def test_track_logs_to_wandb_offline(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    with Logger(tmp_path, track=True, config=TrainConfig()) as log:
+        log.scalars(1, {"losses/value": 0.5})
+        log.episodes(2, [1.0, 3.0], [5, 7])
+        run = wandb.run
+        assert run is not None and run.name == tmp_path.name
+        assert run.config["optim"]["lr"] == OptimConfig().lr
+    run_id = (tmp_path / "wandb_id.txt").read_text().strip()
+    assert run.id == run_id and list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
+    with Logger(tmp_path, start_step=2, track=True):  # a resumed run continues the same W&B run
+        assert wandb.run is not None and wandb.run.id == run_id
