@@ -167,11 +167,14 @@ def test_tensorboard_events_readable(tmp_path):
 
     with Logger(tmp_path) as log:
         log.scalars(5, {"losses/approx_kl": 0.25})
-        log.episodes(8, [3.0], [4])
+        log.scalars(6, {"losses/approx_kl": 0.5, "charts/SPS": 900})
+        log.episodes(8, [3.0, 4.0], [4, 6])
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
-    assert [(e.step, e.value) for e in acc.Scalars("losses/approx_kl")] == [(5, 0.25)]
-    assert [(e.step, e.value) for e in acc.Scalars("charts/episodic_return")] == [(8, 3.0)]
+    assert [(e.step, e.value) for e in acc.Scalars("losses/approx_kl")] == [(5, 0.25), (6, 0.5)]
+    assert [(e.step, e.value) for e in acc.Scalars("charts/SPS")] == [(6, 900.0)]
+    assert [(e.step, e.value) for e in acc.Scalars("charts/episodic_return")] == [(8, 3), (8, 4)]
+    assert [(e.step, e.value) for e in acc.Scalars("charts/episodic_length")] == [(8, 4), (8, 6)]
 
 
 def test_recent_return_window(tmp_path):
@@ -184,6 +187,9 @@ def test_recent_return_window(tmp_path):
         assert log.recent_return == pytest.approx(np.mean(np.arange(180, 200)))
         with pytest.raises(ValueError, match="lengths"):
             log.episodes(3, [1.0, 2.0], [1])
+        log.episodes(4, [500.0], [1])  # after the checkpoint below: dropped on resume
+    with Logger(tmp_path, start_step=2) as log:  # the window continues from the metrics file
+        assert log.recent_returns == list(map(float, range(100, 200)))
 
 
 def test_track_without_wandb_is_a_clear_error(tmp_path, monkeypatch):
