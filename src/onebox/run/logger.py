@@ -60,9 +60,7 @@ class Logger:
         self._elapsed0 = float(elapsed)
         self._t0 = time.perf_counter()
         self._returns: collections.deque[float] = collections.deque(maxlen=WINDOW)
-        self._wandb: Any = None
-        if track:  # first, so a missing wandb fails before any file is touched
-            self._wandb = _init_wandb(self.run_dir, project, config)
+        wandb = _import_wandb() if track else None  # a missing wandb fails before any file is made
 
         self._csv_path = self.run_dir / CSV_FILE
         # the window of recent returns continues from the episodes logged before the checkpoint
@@ -82,6 +80,7 @@ class Logger:
             purge_step=start_step + 1 if start_step > 0 else None,
             flush_secs=10,
         )
+        self._wandb = None if wandb is None else _init_wandb(wandb, self.run_dir, project, config)
         self._closed = False
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
@@ -232,11 +231,16 @@ def _number(kind: type[T], text: str) -> T | None:
         return None
 
 
-def _init_wandb(run_dir: Path, project: str, config: Any) -> Any:
+def _import_wandb() -> Any:
     try:
         import wandb
     except ImportError as e:
         raise RuntimeError("--track needs Weights & Biases: pip install wandb") from e
+    return wandb
+
+
+def _init_wandb(wandb: Any, run_dir: Path, project: str, config: Any) -> Any:
+    """Start (or, for a resumed run folder, continue) the W&B run of `run_dir`."""
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         config = dataclasses.asdict(config)
     id_file = run_dir / "wandb_id.txt"
