@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
@@ -58,7 +60,11 @@ def test_double_buffered_equals_sync_for_a_deterministic_policy() -> None:
     for key in ("obs", "actions", "rewards", "ends", "next_obs"):
         np.testing.assert_array_equal(sync[key], double[key], err_msg=key)
     assert sync["ends"].any()  # episodes ended inside the rollouts
-    np.testing.assert_array_equal(np.sort(sync["returns"]), np.sort(double["returns"]))
+    # Double buffering may have run a step or two past the last rollout: episodes ending there
+    # are counted already; everything sync saw, it saw too.
+    extra = Counter(double["returns"].tolist())
+    extra.subtract(Counter(sync["returns"].tolist()))
+    assert min(extra.values()) >= 0 and sum(extra.values()) <= 6
 
 
 def test_rollout_matches_stepping_the_pool_by_hand() -> None:
@@ -107,14 +113,14 @@ def test_sampler_rejects_pools_it_cannot_use() -> None:
 def test_episode_tracker_prefers_the_pools_own_scores() -> None:
     tracker = EpisodeTracker(3)
     ends = np.array([False, True, False])
-    tracker.update(slice(0, 3), np.ones(3), ends, {})
+    tracker.update(np.arange(3), np.ones(3), ends, {})
     assert tracker.pop() == ([1.0], [1])
     info = {
         "episode_return": np.array([0.0, 21.0, 0.0]),
         "episode_length": np.array([0, 800, 0]),
         "_episode": np.array([False, True, False]),
     }
-    tracker.update(slice(0, 3), np.ones(3), ends, info)
+    tracker.update(np.arange(3), np.ones(3), ends, info)
     assert tracker.pop() == ([21.0], [800])
 
 

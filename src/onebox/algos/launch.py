@@ -54,7 +54,7 @@ def play(
         if record and not tracker.finished_returns:
             frames.append(envs.render())
         obs, reward, terminated, truncated, info = envs.step(policy(obs))
-        tracker.update(slice(0, 1), reward, np.logical_or(terminated, truncated), info)
+        tracker.update(np.zeros(1, np.int64), reward, np.logical_or(terminated, truncated), info)
     return tracker.finished_returns[:episodes], tracker.finished_lengths[:episodes], frames
 
 

@@ -125,8 +125,8 @@ class ActorCritic(nn.Module):
         logits = self.actor(self.actor_torso(x))
         value = self.critic(self.critic_torso(x)).squeeze(-1)
         if self.discrete:
-            return Categorical(logits=logits), value
-        return Normal(logits, self.log_std.expand_as(logits).exp()), value
+            return Categorical(logits=logits, validate_args=False), value
+        return Normal(logits, self.log_std.expand_as(logits).exp(), validate_args=False), value
 
     def log_prob(self, d: Categorical | Normal, action: torch.Tensor) -> torch.Tensor:
         """Log-probability of `action`, summed over action dimensions for Gaussians."""

@@ -1,11 +1,15 @@
 """The sampler: drives an env pool with a policy and fills fixed-length rollouts.
 
-Two modes, both exactly on-policy (every action of a rollout comes from the same weights):
+Two modes:
 
-- sync: `step` all envs, then compute all their actions in one batched call.
-- double-buffered (Sample Factory, Uber): the envs are split into two halves stepped through the
-  pool's async `send`/`recv` (`batch_size = num_envs / 2`). While one half steps on the pool's
-  threads, the policy computes the other half's actions, so env stepping and inference overlap.
+- sync: `step` all envs, then compute all their actions in one batched call. Exactly on-policy.
+- double-buffered (Sample Factory, Uber): the pool runs async with `batch_size = num_envs / 2`.
+  Each `recv` returns the half that finished first; their actions are computed and sent while the
+  other half is still stepping on the pool's threads, so env stepping and inference overlap.
+  Whatever ids `recv` returns are accepted (ALE and process pools choose them). Every env is
+  always in flight, so when the last env completes its `num_steps`, the others may have gone a
+  step or two further: those steps open the next rollout, taken by the policy of the rollout
+  that just ended (their stored log-probabilities are that policy's, as PPO's ratio needs).
 
 Observations go to the device as they come (uint8 images stay uint8 until the network); there is
 no Python loop over envs. The pool must use same-step autoreset: a truncated episode's final
@@ -28,8 +32,8 @@ from onebox.sampling.rollout import Rollout
 
 ObsTransform = Callable[[np.ndarray, bool], np.ndarray]
 """(observations, update statistics?) -> observations the policy sees."""
-RewardTransform = Callable[[np.ndarray, np.ndarray, slice], np.ndarray]
-"""(rewards, episode ends, env slice) -> rewards the learner sees."""
+RewardTransform = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+"""(rewards, episode ends, env ids) -> rewards the learner sees."""
 
 
 class Policy(Protocol):
@@ -59,9 +63,9 @@ class EpisodeTracker:
         self.finished_lengths: list[int] = []
 
     def update(
-        self, ids: slice, rewards: np.ndarray, ends: np.ndarray, info: dict[str, Any]
+        self, ids: np.ndarray, rewards: np.ndarray, ends: np.ndarray, info: dict[str, Any]
     ) -> None:
-        """Account one step of envs `ids`."""
+        """Account one step of envs `ids` (an int array)."""
         source = info if "_episode" in info else info.get("final_info", {})
         if "_episode" in source:
             mask = np.asarray(source["_episode"], bool)
@@ -72,7 +76,7 @@ class EpisodeTracker:
         self.returns[ids] += rewards
         self.lengths[ids] += 1
         if ends.any():
-            idx = np.flatnonzero(ends) + ids.start
+            idx = ids[ends]
             self.finished_returns += self.returns[idx].tolist()
             self.finished_lengths += self.lengths[idx].tolist()
             self.returns[idx] = 0.0
@@ -148,8 +152,11 @@ class Sampler:
             self._clip = (act_space.low, act_space.high)
         else:
             raise ValueError(f"the sampler supports Discrete and Box actions, got {act_space}")
-        self.rollout = Rollout.empty(
-            num_steps,
+        t, n = num_steps, envs.num_envs
+        # Double buffering keeps up to a second rollout of steps taken ahead, plus row T:
+        # the observation (and its value) each env is at when the rollout ends.
+        self._storage = Rollout.empty(
+            2 * t + 1 if double_buffered else t,
             n,
             tuple(obs_space.shape),
             obs_dtype or torch.float32,
@@ -157,85 +164,110 @@ class Sampler:
             act_dtype,
             self.device,
         )
-        half = n // 2
-        self._groups = [slice(0, half), slice(half, n)] if double_buffered else [slice(0, n)]
-        self._obs: torch.Tensor | None = None
+        st = self._storage
+        if double_buffered:
+            self.rollout = Rollout(
+                st.obs[:t], st.actions[:t], st.logprobs[:t], st.values[:t], st.rewards[:t],
+                st.ends[:t], next_obs=st.obs[t], next_value=st.values[t],
+            )  # fmt: skip
+        else:
+            self.rollout = st
+        self._all = np.arange(n)
+        self._sent = np.zeros(n, np.int64)  # double: steps sent in this rollout, per env
+        self._fresh = np.zeros(n, bool)  # double: the next recv of this env is its reset
+        self._obs: torch.Tensor | None = None  # sync: the observations to act on
+        self._started = False
 
     # ---- public API ---------------------------------------------------------------------------
 
     def reset(self, seed: SeedLike = None) -> None:
         """Reset every env (env i gets `seed + i`); the next rollout starts from there."""
+        self.episodes = EpisodeTracker(self.envs.num_envs)
+        self._started = True
+        if self.double_buffered:
+            self.envs.async_reset(seed=seed)
+            self._sent[:] = 0
+            self._fresh[:] = True
+            return
         obs, _ = self.envs.reset(seed=seed)
         self._obs = self._to_device(obs, update=True)
-        self.episodes = EpisodeTracker(self.envs.num_envs)
 
     @torch.no_grad()
     def collect(self) -> Rollout:
         """Play `num_steps` steps in every env and return the (reused) rollout buffers."""
-        if self._obs is None:
+        if not self._started:
             raise RuntimeError("call Sampler.reset(seed) before collect()")
         if self.double_buffered:
             self._collect_double()
-        else:
-            self._collect_sync()
+            return self.rollout
+        for t in range(self.num_steps):
+            actions = self._act(t, self._all, self._obs)
+            with self.timer("env"):
+                result = self.envs.step(actions)
+            obs = self._record(np.full(self.envs.num_envs, t), self._all, result)
+            self._obs = obs
         r = self.rollout
+        assert self._obs is not None
         r.next_obs.copy_(self._obs)
         with self.timer("inference"):
             r.next_value.copy_(self.policy.value(self._obs))
         return r
 
-    # ---- the two loops ------------------------------------------------------------------------
-
-    def _collect_sync(self) -> None:
-        everyone = self._groups[0]
-        for t in range(self.num_steps):
-            actions = self._act(t, everyone)
-            with self.timer("env"):
-                result = self.envs.step(actions)
-            self._record(t, everyone, result)
+    # ---- double buffering ---------------------------------------------------------------------
 
     def _collect_double(self) -> None:
-        # Only one half is ever in flight, so each recv() returns exactly that half.
-        first, second = self._groups
-        self._send(self._act(0, first), first)
-        for t in range(self.num_steps):
-            self._send(self._act(t, second), second)  # computed while `first` steps
-            self._record(t, first, self._recv())
-            if t + 1 < self.num_steps:
-                self._send(self._act(t + 1, first), first)  # computed while `second` steps
-            self._record(t, second, self._recv())
+        t = self.num_steps
+        ahead = int(self._sent.max()) - t
+        if ahead > 0:  # steps taken past the last rollout open this one
+            st = self._storage
+            for buf in (st.obs, st.actions, st.logprobs, st.values, st.rewards, st.ends):
+                buf[:ahead] = buf[t : t + ahead]
+        self._sent -= np.minimum(self._sent, t)
+        # An env's results for step s arrive when sent = s + 1; the rollout is complete when
+        # every env has sent step t (the row holding its next observation and value).
+        while self._sent.min() <= t:
+            with self.timer("env"):
+                result = self.envs.recv()
+            ids = np.asarray(result[4]["env_id"], np.int64)
+            fresh = self._fresh[ids]
+            if fresh.any():
+                if not fresh.all():
+                    raise RuntimeError("recv() mixed first observations with step results")
+                self._fresh[ids] = False
+                obs = self._to_device(result[0], update=True)
+            else:
+                obs = self._record(self._sent[ids] - 1, ids, result)
+            rows = self._sent[ids]
+            if rows.max() > 2 * t:
+                raise RuntimeError(
+                    "an env ran a whole rollout ahead of the others; the pool starves some envs"
+                )
+            actions = self._act(rows, ids, obs)
+            with self.timer("env"):
+                self.envs.send(actions, ids.astype(np.int32))
+            self._sent[ids] += 1
 
     # ---- pieces -------------------------------------------------------------------------------
 
-    def _act(self, t: int, ids: slice) -> np.ndarray:
-        r = self.rollout
-        assert self._obs is not None
+    def _act(self, rows: Any, ids: np.ndarray, obs: torch.Tensor | None) -> np.ndarray:
+        """Choose actions for envs `ids` at step `rows` (an int or one per env) and store them."""
+        assert obs is not None
+        st = self._storage
+        index = (torch.as_tensor(rows), torch.as_tensor(ids))
         with self.timer("inference"):
-            obs = self._obs[ids]
             action, logprob, value = self.policy.act(obs)
-            r.obs[t, ids] = obs
-            r.actions[t, ids] = action
-            r.logprobs[t, ids] = logprob
-            r.values[t, ids] = value
+            st.obs[index] = obs
+            st.actions[index] = action
+            st.logprobs[index] = logprob
+            st.values[index] = value
             out = action.cpu().numpy()
         if self._clip is not None:
             out = np.clip(out, *self._clip)
         return out
 
-    def _send(self, actions: np.ndarray, ids: slice) -> None:
-        with self.timer("env"):
-            self.envs.send(actions, np.arange(ids.start, ids.stop, dtype=np.int32))
-
-    def _recv(self) -> tuple[Any, ...]:
-        with self.timer("env"):
-            return self.envs.recv()
-
-    def _record(self, t: int, ids: slice, result: tuple[Any, ...]) -> None:
+    def _record(self, rows: np.ndarray, ids: np.ndarray, result: tuple[Any, ...]) -> torch.Tensor:
+        """Store the results of step `rows` of envs `ids`; return their next observations."""
         obs, reward, terminated, truncated, info = result
-        if "env_id" in info and self.double_buffered:
-            got = np.asarray(info["env_id"])
-            if got[0] != ids.start or got[-1] != ids.stop - 1:
-                raise RuntimeError(f"expected envs {ids.start}..{ids.stop - 1} from recv()")
         ends = np.logical_or(terminated, truncated)
         self.episodes.update(ids, reward, ends, info)
         reward = np.asarray(reward, np.float32)
@@ -244,11 +276,11 @@ class Sampler:
         cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
         if cut.size:
             reward = reward + self.gamma * self._final_values(info, cut)
-        r = self.rollout
-        r.rewards[t, ids] = torch.from_numpy(np.asarray(reward, np.float32)).to(self.device)
-        r.ends[t, ids] = torch.from_numpy(ends).to(self.device)
-        assert self._obs is not None
-        self._obs[ids] = self._to_device(obs, update=True)
+        st = self._storage
+        index = (torch.as_tensor(rows), torch.as_tensor(ids))
+        st.rewards[index] = torch.from_numpy(np.asarray(reward, np.float32)).to(self.device)
+        st.ends[index] = torch.from_numpy(ends).to(self.device)
+        return self._to_device(obs, update=True)
 
     def _final_values(self, info: dict[str, Any], idx: np.ndarray) -> np.ndarray:
         """V(final observation) of the truncated envs `idx` (positions within the batch)."""
