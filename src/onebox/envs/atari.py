@@ -386,11 +386,6 @@ class AtariEnvPool(EnvPool):
             return obs, rew, none, none.copy(), self._info(info, none)
         if self._in_flight == 0:
             raise RuntimeError("recv() with nothing pending; call send() or async_reset() first")
-        if self._in_flight < self.batch_size:
-            raise RuntimeError(
-                f"{self._in_flight} envs are pending but batch_size is {self.batch_size}; "
-                "recv() would wait forever: send() more envs first"
-            )
         obs, rew, term, trunc, info = self._ale_engine.recv()
         self._in_flight -= len(rew)
         self._take(info["env_id"])
