@@ -114,6 +114,14 @@ def _game(env_id: str) -> str | None:
     return m.group(1) if m else None
 
 
+def rom_id(env_id: str) -> str:
+    """ale-py's ROM id of an Atari env id: "ALE/MsPacman-v5" -> "ms_pacman"."""
+    game = _game(env_id)
+    if game is None or game not in _games():
+        raise ValueError(f"{env_id!r} is not an ALE game id")
+    return _games()[game]
+
+
 def resolve_atari_options(env_id: str, preset: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The preset's options with `kwargs` applied, names, types and ranges checked."""
     if preset not in PRESETS:
