@@ -83,6 +83,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 et al. (2018): sticky actions 0.25, the full 18 actions, no episodic life, no FIRE reset (the rest
 as "envpool")."""
 
+_MULTIPLAYER_ONLY = frozenset({"combat", "joust", "maze_craze", "warlords"})
+"""ROMs ale-py ships that ALE cannot run single-player (ale-py registers no v5 env for them)."""
+
 _ID = re.compile(r"^(?:ALE/)?([A-Z][A-Za-z0-9]*)-v5$")
 
 
@@ -96,9 +99,13 @@ def _ale() -> Any:
 
 @functools.cache
 def _games() -> dict[str, str]:
-    """Game name ("MsPacman") -> ROM id ("ms_pacman") for every ROM ale-py ships."""
-    roms = _ale().roms
-    return {"".join(p.capitalize() for p in rom.split("_")): rom for rom in roms.get_all_rom_ids()}
+    """Game name ("MsPacman") -> ROM id ("ms_pacman") for every single-player ROM of ale-py."""
+    ale_py = _ale()
+    return {
+        ale_py.registration.rom_id_to_name(rom): rom
+        for rom in ale_py.roms.get_all_rom_ids()
+        if rom not in _MULTIPLAYER_ONLY
+    }
 
 
 def atari_ids() -> list[str]:
