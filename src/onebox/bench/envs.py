@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from onebox.bench import common
+from onebox.bench import atari_peers, common
 
 ASYNC_VECTOR_MAX_ENVS = 64
 """Gymnasium's AsyncVectorEnv runs one process per env: it is skipped above this many envs."""
@@ -152,6 +152,8 @@ def _gymnasium_spec(task: Task) -> Any:
 def gymnasium_sync(task: Task) -> Loop:
     import gymnasium as gym
 
+    if atari_peers.is_atari(task.env_id):
+        return _sync_loop(atari_peers.gymnasium_vector_env(task, "sync"), task, task.num_envs)
     _gymnasium_spec(task)
     env = gym.make_vec(task.env_id, num_envs=task.num_envs, vectorization_mode="sync")
     return _sync_loop(env, task, task.num_envs)
@@ -160,9 +162,11 @@ def gymnasium_sync(task: Task) -> Loop:
 def gymnasium_async(task: Task) -> Loop:
     import gymnasium as gym
 
-    _gymnasium_spec(task)
     if task.num_envs > ASYNC_VECTOR_MAX_ENVS:
         raise Unavailable(f"skipped: > {ASYNC_VECTOR_MAX_ENVS} envs (one process each)")
+    if atari_peers.is_atari(task.env_id):
+        return _sync_loop(atari_peers.gymnasium_vector_env(task, "async"), task, task.num_envs)
+    _gymnasium_spec(task)
     env = gym.make_vec(task.env_id, num_envs=task.num_envs, vectorization_mode="async")
     return _sync_loop(env, task, task.num_envs)
 
@@ -192,6 +196,7 @@ def _envpool(task: Task, batch_size: int) -> Any:
         batch_size=batch_size,
         num_threads=min(task.num_threads, task.num_envs),  # as onebox: no idle threads
         seed=task.seed,
+        **atari_peers.envpool_options(task.env_id),
     )
 
 
@@ -212,6 +217,8 @@ PEERS: tuple[Peer, ...] = (
     Peer("gymnasium-vector", "gymnasium", "Gymnasium numpy-vectorized", gymnasium_vector),
     Peer("envpool-sync", "envpool", "EnvPool sync", envpool_sync),
     Peer("envpool-async", "envpool", "EnvPool async", envpool_async),
+    Peer("ale-sync", "ale", "ALE AtariVectorEnv sync", atari_peers.ale_sync),
+    Peer("ale-async", "ale", "ALE AtariVectorEnv async", atari_peers.ale_async),
 )
 """Every backend, in table order."""
 
@@ -242,7 +249,7 @@ class EnvBenchConfig:
     warmup: float = 0.5
     """Warm-up before each measurement, in seconds (not counted)."""
     peers: tuple[PeerName, ...] = _FAMILIES  # type: ignore[valid-type]
-    """Backends to run, by name, or by family (onebox, gymnasium, envpool) for all of its own."""
+    """Backends to run, by name, or by family (onebox, gymnasium, envpool, ale) for all of its own."""
     seed: int = 0
     """Seed of the envs and of the random actions."""
     output: Path | None = None
@@ -309,7 +316,7 @@ def run(config: EnvBenchConfig) -> int:
             log.print(f"[dim]{peer.label:<28} {n:>6} envs  {speed}[/dim]", highlight=False)
             results.append(result)
 
-    machine = common.machine_info(("numpy", "gymnasium", "envpool"))
+    machine = common.machine_info(("numpy", "gymnasium", "envpool", "ale-py"))
     header, rows = table_rows(results)
     title = f"{config.env}: env steps/s, {_threads(threads)}, {config.seconds:g} s per measurement"
     console.print(_rich_table(title, header, rows))

@@ -35,6 +35,7 @@ __all__ = [
 
 BACKENDS: dict[str, str] = {
     "native": "onebox.envs.native:NativeEnvPool",
+    "atari": "onebox.envs.atari:AtariEnvPool",
 }
 """Backend name -> its pool class as "module:Class", in the order `make` tries them. A pool class
 has classmethods `ids()` (the ids it lists) and `handles(env_id)`, and takes
