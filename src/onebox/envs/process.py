@@ -15,6 +15,7 @@ import difflib
 import functools
 import multiprocessing
 import multiprocessing.connection
+from multiprocessing import resource_tracker
 import os
 import pickle
 import select
@@ -243,8 +244,7 @@ class ProcessEnvPool(EnvPool):
                     f"env options {sorted(env_kwargs)} go to gymnasium.make; with env_fn, give "
                     "them to your env_fn (e.g. functools.partial)"
                 )
-            name = env_id if env_id is not None else getattr(env_fn, "__name__", "env_fn")
-            return env_fn, str(name), None
+            return env_fn, "env_fn" if env_id is None else str(env_id), None
         if env_id is None:
             raise ValueError("give env_id (a Gymnasium id) or env_fn (a callable making an env)")
         if not isinstance(env_id, str):
@@ -278,7 +278,7 @@ class ProcessEnvPool(EnvPool):
         p.proc = ctx.Process(
             target=pw.main,
             args=(args, cmd_r, res_w, fault_w),
-            name=f"onebox-{self.env_name}-worker-{p.index}",
+            name=f"onebox-env-worker-{p.index}",
             daemon=True,
         )
         p.proc.start()
@@ -344,6 +344,10 @@ class ProcessEnvPool(EnvPool):
         return how + (f"\nworker faulthandler output:\n{trace}" if trace else "")
 
     def _start(self, spec: Any) -> None:
+        # Workers attach to the shared memory by name, which registers it with the resource
+        # tracker: they must share the parent's (forked workers inherit it if it runs already),
+        # so that the parent's unlink also unregisters their attachments.
+        resource_tracker.ensure_running()
         for p in self._procs:
             self._launch(p, None)
         hello = [pickle.loads(self._handshake_reply(p, pw.HELLO)) for p in self._procs]
@@ -373,6 +377,8 @@ class ProcessEnvPool(EnvPool):
         self.action_space = batch_space(self.single_action_space, n)
         self.metadata = {**hello["metadata"], "autoreset_mode": self.autoreset_mode}
         self.render_mode = hello["render_mode"]
+        if self.env_name == "env_fn":
+            self.env_name = hello["name"]
         self.spec = hello["spec"] if hello["spec"] is not None else spec
 
         arrays: list[tuple[str, tuple[int, ...], Any]] = []

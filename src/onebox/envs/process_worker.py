@@ -85,6 +85,7 @@ def describe(env: Any) -> dict[str, Any]:
     except Exception:  # an unpicklable entry point or kwargs: the pool goes without a spec
         spec = None
     return {
+        "name": spec.id if spec is not None else type(env.unwrapped).__name__,
         "observation_space": env.observation_space,
         "action_space": env.action_space,
         "metadata": dict(getattr(env, "metadata", {}) or {}),
@@ -315,6 +316,8 @@ def _start(args: WorkerArgs, cmd: Any, res: Any) -> Worker | None:
 def main(args: WorkerArgs, cmd: Any, res: Any, fault: Any) -> None:
     """The worker process: start, then serve commands until QUIT, a closed pipe or a dead parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if os.environ.get("ONEBOX_BATCH"):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     faulthandler.enable(file=fault.fileno(), all_threads=False)
     ppid = os.getppid()
     worker = None
