@@ -152,7 +152,11 @@ def assert_tree_equal(got: Any, ref: Any, where: str = "") -> None:
 
 def split_info(info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The pool's own keys (env_id, episode statistics) and the rest, which Gymnasium also has."""
-    own = {k: info.pop(k) for k in ("env_id", "episode_return", "episode_length", "_episode") if k in info}
+    own = {
+        k: info.pop(k)
+        for k in ("env_id", "episode_return", "episode_length", "_episode")
+        if k in info
+    }
     return own, info
 
 
@@ -257,7 +261,7 @@ def test_async_recv_returns_batch_size_envs_each_sent_env_once_and_matches_sync(
         sent = set(range(n))
         rng = np.random.default_rng(3)
         while t.min() <= steps:
-            obs, reward, term, trunc, info = pool.recv()
+            obs, reward, _term, _trunc, info = pool.recv()
             ids = info["env_id"]
             assert ids.shape == (b,) and obs.shape == (b, 4) and reward.shape == (b,)
             assert set(ids.tolist()) <= sent and len(set(ids.tolist())) == b
@@ -370,7 +374,7 @@ def test_restart_on_crash_reports_truncated_and_steps_on(tmp_path, mode, how):
     with crash_pool(how, marker, restart_on_crash=True, autoreset_mode=mode) as pool:
         obs0, _ = pool.reset(seed=0)
         pool.step(np.zeros(4, np.int64))
-        obs, reward, term, trunc, info = pool.step(np.array([0, 0, 0, 1]))  # env 3 crashes
+        obs, _reward, term, trunc, info = pool.step(np.array([0, 0, 0, 1]))  # env 3 crashes
         # Worker 1 hosts envs 2 and 3: both episodes are lost and reported truncated.
         np.testing.assert_array_equal(trunc, [False, False, True, True])
         assert not term.any()
@@ -507,7 +511,7 @@ def test_bad_construction_arguments():
 
 
 def test_env_errors_at_startup_name_the_problem():
-    with pytest.raises(TypeError, match="env_fn must return a gymnasium.Env, got int"):
+    with pytest.raises(TypeError, match=r"env_fn must return a gymnasium\.Env, got int"):
         make(None, 2, env_fn=lambda: 3)
     with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
         make("CartPole-v1", 2, nope=1)

@@ -15,13 +15,13 @@ import difflib
 import functools
 import multiprocessing
 import multiprocessing.connection
-from multiprocessing import resource_tracker
 import os
 import pickle
 import select
 import signal
 import weakref
 from collections.abc import Callable
+from multiprocessing import resource_tracker
 from typing import Any
 
 import cloudpickle
@@ -219,7 +219,9 @@ class ProcessEnvPool(EnvPool):
         self._factory_bytes = cloudpickle.dumps(make)
 
         bounds = np.linspace(0, num_envs, self.num_threads + 1).round().astype(int)
-        self._procs = [_Proc(k, int(bounds[k]), int(bounds[k + 1])) for k in range(self.num_threads)]
+        self._procs = [
+            _Proc(k, int(bounds[k]), int(bounds[k + 1])) for k in range(self.num_threads)
+        ]
         self._blocks: list[Block] = []
         self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._blocks)
         self._broken: str | None = None
@@ -238,7 +240,9 @@ class ProcessEnvPool(EnvPool):
     ) -> tuple[Callable[[], Any], str, Any]:
         if env_fn is not None:
             if not callable(env_fn):
-                raise TypeError(f"env_fn must be a callable returning a gymnasium.Env, got {env_fn!r}")
+                raise TypeError(
+                    f"env_fn must be a callable returning a gymnasium.Env, got {env_fn!r}"
+                )
             if env_kwargs:
                 raise TypeError(
                     f"env options {sorted(env_kwargs)} go to gymnasium.make; with env_fn, give "
@@ -408,7 +412,9 @@ class ProcessEnvPool(EnvPool):
         a["current"][:] = -1
         self._a = a
         self._obs = [a[f"obs{k}"] for k in range(len(obs_leaves))]
-        self._final_obs = [a[f"final_obs{k}"] for k in range(len(obs_leaves))] if self._same_step else []
+        self._final_obs = (
+            [a[f"final_obs{k}"] for k in range(len(obs_leaves))] if self._same_step else []
+        )
         self._act = ActionWriter(
             self.single_action_space, [a[f"act{k}"] for k in range(len(act_leaves))]
         )
@@ -710,7 +716,9 @@ class ProcessEnvPool(EnvPool):
 
     def _check_usable(self) -> None:
         if self._broken is not None:
-            raise RuntimeError(f"the env pool is unusable after a crash; make a new one.\n{self._broken}")
+            raise RuntimeError(
+                f"the env pool is unusable after a crash; make a new one.\n{self._broken}"
+            )
         if self.closed:
             raise RuntimeError("the env pool is closed; make a new one")
 

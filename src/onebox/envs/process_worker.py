@@ -11,6 +11,7 @@ pickle of the exception's type, message, traceback and env id, after which it ex
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import faulthandler
 import os
@@ -262,10 +263,8 @@ class Worker:
 
     def close(self) -> None:
         for env in self.envs:
-            try:
+            with contextlib.suppress(Exception):  # best effort: the process exits next
                 env.close()
-            except Exception:  # closing is best effort: the process exits next
-                pass
         self.block.close()
 
 

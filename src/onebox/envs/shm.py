@@ -8,6 +8,7 @@ observations out of the observation leaves; the workers do the opposite, one env
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import shared_memory
@@ -105,15 +106,11 @@ class Block:
     def close(self, unlink: bool = False) -> None:
         """Drop this process's mapping (if no view of it is still held) and, if asked, the block."""
         self.arrays = {}
-        try:
+        with contextlib.suppress(BufferError):  # a copy=False view is still held: it lives on
             self._shm.close()
-        except BufferError:  # a caller still holds a copy=False view: the mapping lives on
-            pass
         if unlink:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self._shm.unlink()
-            except FileNotFoundError:
-                pass
 
 
 # ---- nested values <-> leaf arrays -------------------------------------------------------------
@@ -202,7 +199,9 @@ class ActionWriter:
             checked = []
             for path, leaf, array, lo, hi in self._leaves:
                 where = "actions" + "".join(f"[{k!r}]" for k in path)
-                checked.append((array, self._check(self._part(actions, path), leaf, lo, hi, n, ids, where)))
+                checked.append(
+                    (array, self._check(self._part(actions, path), leaf, lo, hi, n, ids, where))
+                )
         for array, value in checked:
             if ids is None:
                 array[...] = value
