@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from onebox.bench import common
+from onebox.bench import common, process_peers
 
 ASYNC_VECTOR_MAX_ENVS = 64
 """Gymnasium's AsyncVectorEnv runs one process per env: it is skipped above this many envs."""
@@ -207,6 +207,8 @@ def envpool_async(task: Task) -> Loop:
 PEERS: tuple[Peer, ...] = (
     Peer("onebox-sync", "onebox", "onebox sync", onebox_sync),
     Peer("onebox-async", "onebox", "onebox async", onebox_async),
+    Peer("onebox-process", "onebox", "onebox process", process_peers.process_sync),
+    Peer("onebox-process-async", "onebox", "onebox process async", process_peers.process_async),
     Peer("gymnasium-sync", "gymnasium", "Gymnasium SyncVectorEnv", gymnasium_sync),
     Peer("gymnasium-async", "gymnasium", "Gymnasium AsyncVectorEnv", gymnasium_async),
     Peer("gymnasium-vector", "gymnasium", "Gymnasium numpy-vectorized", gymnasium_vector),
@@ -247,6 +249,9 @@ class EnvBenchConfig:
     """Seed of the envs and of the random actions."""
     output: Path | None = None
     """Markdown file to write the results to (e.g. docs/benchmarks.md), in this env's section."""
+    section: str | None = None
+    """Label of the section to write, after the env id (e.g. `process`), so that a run of a few
+    peers does not replace the env's main section."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,7 +322,8 @@ def run(config: EnvBenchConfig) -> int:
     if config.output is not None:
         command = common.command_line("onebox bench envs", config)
         body = markdown_section(config, header, rows, machine, command, common.now())
-        path = common.write_section(config.output, section_key(config.env), body)
+        key = section_key(config.env) + (f":{config.section}" if config.section else "")
+        path = common.write_section(config.output, key, body)
         console.print(f"wrote the {config.env} section of {path}")
     return 0
 
@@ -384,7 +390,7 @@ def markdown_section(
     """The markdown of one env's results: table, command, date, machine."""
     right = [i > 0 for i in range(len(header))]
     lines = [
-        f"### {config.env}",
+        f"### {config.env}" + (f" ({config.section})" if config.section else ""),
         "",
         f"{_threads(config.num_threads)} for onebox and EnvPool; async backends receive "
         f"num_envs/2 envs per `recv`; {config.seconds:g} s per measurement after "

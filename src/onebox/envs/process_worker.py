@@ -315,8 +315,6 @@ def _start(args: WorkerArgs, cmd: Any, res: Any) -> Worker | None:
 def main(args: WorkerArgs, cmd: Any, res: Any, fault: Any) -> None:
     """The worker process: start, then serve commands until QUIT, a closed pipe or a dead parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    if os.environ.get("ONEBOX_BATCH"):
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     faulthandler.enable(file=fault.fileno(), all_threads=False)
     ppid = os.getppid()
     worker = None
