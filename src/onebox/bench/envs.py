@@ -207,8 +207,8 @@ def envpool_async(task: Task) -> Loop:
 PEERS: tuple[Peer, ...] = (
     Peer("onebox-sync", "onebox", "onebox sync", onebox_sync),
     Peer("onebox-async", "onebox", "onebox async", onebox_async),
-    Peer("onebox-process", "onebox", "onebox process", process_peers.process_sync),
-    Peer("onebox-process-async", "onebox", "onebox process async", process_peers.process_async),
+    Peer("onebox-process", "process", "onebox process", process_peers.process_sync),
+    Peer("onebox-process-async", "process", "onebox process async", process_peers.process_async),
     Peer("gymnasium-sync", "gymnasium", "Gymnasium SyncVectorEnv", gymnasium_sync),
     Peer("gymnasium-async", "gymnasium", "Gymnasium AsyncVectorEnv", gymnasium_async),
     Peer("gymnasium-vector", "gymnasium", "Gymnasium numpy-vectorized", gymnasium_vector),
@@ -244,7 +244,7 @@ class EnvBenchConfig:
     warmup: float = 0.5
     """Warm-up before each measurement, in seconds (not counted)."""
     peers: tuple[PeerName, ...] = _FAMILIES  # type: ignore[valid-type]
-    """Backends to run, by name, or by family (onebox, gymnasium, envpool) for all of its own."""
+    """Backends to run, by name, or by family (onebox, process, gymnasium, envpool) for all of its own."""
     seed: int = 0
     """Seed of the envs and of the random actions."""
     output: Path | None = None
@@ -342,7 +342,7 @@ def section_key(env_id: str) -> str:
 def table_rows(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     """Header and rows: backend, envs, steps/s, then onebox's speed over the row's, for each
     onebox backend that ran ("onebox sync ×" = onebox sync steps/s / this row's steps/s)."""
-    ours = [p for p in dict.fromkeys(r.peer for r in results) if p.family == "onebox"]
+    ours = [p for p in dict.fromkeys(r.peer for r in results) if p.family in ("onebox", "process")]
     header = ["backend", "envs", "steps/s", *(f"{p.label} ×" for p in ours)]
     rates = {(r.peer.name, r.num_envs): r.rate for r in results}
     rows = []
