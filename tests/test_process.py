@@ -432,9 +432,12 @@ def _alive(pid: int) -> bool:
 def test_close_and_garbage_collection_stop_the_workers():
     pool = make("CartPole-v1", 4)
     pids = [p.proc.pid for p in pool._procs]
+    shm = f"/dev/shm/{pool._block.name}"
+    assert os.path.exists(shm)
     pool.send(np.zeros(4, np.int64))
     pool.close()
     assert not any(_alive(pid) for pid in pids)
+    assert not os.path.exists(shm)  # the shared memory was unlinked
     with pytest.raises(RuntimeError, match="closed"):
         pool.recv()
     pool.close()  # twice is fine

@@ -709,7 +709,9 @@ class ProcessEnvPool(EnvPool):
         return self._results(ids, ids)
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Stop the workers and free the shared memory."""
+        """Stop the workers and free the shared memory (once no `copy=False` view holds it)."""
+        self._a, self._obs, self._final_obs = {}, [], []
+        self._act = None  # type: ignore[assignment]
         self._finalizer()
 
     # ---- helpers -------------------------------------------------------------------------------
