@@ -747,16 +747,15 @@ class ProcessEnvPool(EnvPool):
             raise ValueError(f"env_ids must be one-dimensional, got shape {ids.shape}")
         if ids.size == 0:
             raise ValueError("send() needs at least one env id")
-        out = (ids < 0) | (ids >= self.num_envs)
-        if out.any():
-            raise ValueError(f"env id {ids[out][0]} is out of range [0, {self.num_envs})")
-        ids = ids.astype(np.int32)
-        if len(ids) > 1:
-            seen = np.bincount(ids, minlength=self.num_envs)
-            if seen.max() > 1:
-                twice = next(int(i) for i in ids if seen[i] > 1)
-                raise ValueError(f"env id {twice} appears twice in one send()")
-        return ids
+        listed, n = ids.tolist(), self.num_envs  # Python ints: cheaper than numpy for a batch
+        if min(listed) < 0 or max(listed) >= n:
+            bad = next(i for i in listed if not 0 <= i < n)
+            raise ValueError(f"env id {bad} is out of range [0, {n})")
+        if len(set(listed)) != len(listed):
+            seen: set[int] = set()
+            twice = next(i for i in listed if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+            raise ValueError(f"env id {twice} appears twice in one send()")
+        return ids.astype(np.int32)  # a copy: the caller may reuse its array
 
 
 def _copy_tree(value: Any) -> Any:
