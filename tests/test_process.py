@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -463,6 +464,27 @@ def test_workers_exit_with_the_parent():
     assert out.returncode == 0, out.stderr[-3000:]
     pids = [int(x) for x in out.stdout.split()]
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
+
+
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+def test_workers_exit_when_the_parent_is_killed(context):
+    script = textwrap.dedent(
+        f"""
+        import os, signal, numpy as np, onebox.envs
+        if __name__ == "__main__":
+            pool = onebox.envs.make("CartPole-v1", 4, backend="process", context="{context}")
+            pool.step(np.zeros(4, np.int64))
+            print(*[p.proc.pid for p in pool._procs], flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)  # no cleanup of any kind
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=50)
+    pids = [int(x) for x in out.stdout.split()]
+    assert len(pids) == 2, out.stderr[-3000:]
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in pids)
 
 
 def test_default_context_runs_lambdas():
