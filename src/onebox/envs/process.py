@@ -84,7 +84,7 @@ def _shutdown(procs: list[_Proc], blocks: list[Block]) -> None:
     for p in procs:
         try:
             if p.cmd is not None:
-                p.cmd.send_bytes(pw.QUIT)
+                pw.write_msg(p.cmd.fileno(), pw.QUIT)
         except OSError:
             pass
     for p in procs:
@@ -304,7 +304,7 @@ class ProcessEnvPool(EnvPool):
         while True:
             if p.res.poll(0):
                 try:
-                    return p.res.recv_bytes()
+                    return pw.read_msg(p.res.fileno())
                 except (EOFError, OSError):
                     return None
             ready = multiprocessing.connection.wait([p.res, sentinel])
@@ -366,7 +366,7 @@ class ProcessEnvPool(EnvPool):
                 )
         self._setup(first, spec)
         for p in self._procs:
-            p.cmd.send_bytes(pickle.dumps((self._block.name, self._block.layout)))
+            pw.write_msg(p.cmd.fileno(), pickle.dumps((self._block.name, self._block.layout)))
         for p in self._procs:
             self._handshake_reply(p, pw.READY)
             self._watch(p)
@@ -449,7 +449,7 @@ class ProcessEnvPool(EnvPool):
     def _send(self, p: _Proc, ids: np.ndarray, msg: bytes) -> None:
         p.pending.append((ids, msg))
         try:
-            p.cmd.send_bytes(msg)
+            pw.write_msg(p.cmd.fileno(), msg)
         except OSError:  # the worker is gone: _crash restarts it and resends what is pending
             self._crash(p, self._wait_message(p))
 
@@ -463,7 +463,7 @@ class ProcessEnvPool(EnvPool):
             if is_sentinel and p.res.poll(0):
                 continue  # read its last messages first; the sentinel stays ready
             try:
-                msg = None if is_sentinel else p.res.recv_bytes()
+                msg = None if is_sentinel else pw.read_msg(p.res.fileno())
             except (EOFError, OSError):
                 msg = None
             if msg is None or msg[:1] == pw.ERROR:
@@ -522,7 +522,7 @@ class ProcessEnvPool(EnvPool):
         self._launch(p, seeds)
         try:
             hello = pickle.loads(self._handshake_reply(p, pw.HELLO))
-            p.cmd.send_bytes(pickle.dumps((self._block.name, self._block.layout)))
+            pw.write_msg(p.cmd.fileno(), pickle.dumps((self._block.name, self._block.layout)))
             self._handshake_reply(p, pw.READY)
         except Exception as e:
             self._fail(f"{p.describe()} could not be restarted after a crash ({e})\n{why}")
@@ -534,7 +534,7 @@ class ProcessEnvPool(EnvPool):
         self._watch(p)
         p.fresh = True
         for _, msg in p.pending:
-            p.cmd.send_bytes(msg)
+            pw.write_msg(p.cmd.fileno(), msg)
 
     # ---- results -------------------------------------------------------------------------------
 

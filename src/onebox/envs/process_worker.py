@@ -1,7 +1,8 @@
 """The worker process of `ProcessEnvPool`: it hosts a contiguous block of envs, steps the ones it is
 told to, and writes their results into the pool's shared memory.
 
-Protocol (every message is one `Connection.send_bytes`, tagged by its first byte). Startup: the
+Protocol (every message is framed by `write_msg` and tagged by its first byte; a bare tag is read
+with one system call). Startup: the
 worker makes its envs and sends HELLO with their spaces; the parent answers with the shared-memory
 block's name and layout; the worker attaches and sends READY. Then, per command (ALL: step all
 my envs; STEP + int32 env ids; RESET + pickled (seeds, options); QUIT), it sends DONE, or EXTRAS +
@@ -34,6 +35,32 @@ INFO, FINAL_INFO = 0, 1
 """The two info tables in shared memory: the step's info and, in SameStep mode, the final info."""
 
 _PARENT_CHECK_MS = 1000  # how often an idle worker checks that its parent is still alive
+
+
+def write_msg(fd: int, msg: bytes) -> None:
+    """Write one message (a 4-byte length, then `msg`) to the pipe `fd`."""
+    data = len(msg).to_bytes(4, "little") + msg
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    data = os.read(fd, n)
+    while len(data) < n:
+        if not data:
+            raise EOFError("the other end of the pipe is closed")
+        more = os.read(fd, n - len(data))
+        if not more:
+            raise EOFError("the other end of the pipe is closed")
+        data += more
+    return data
+
+
+def read_msg(fd: int) -> bytes:
+    """Read one message written by `write_msg` (raises EOFError if the writer is gone)."""
+    head = _read_exact(fd, 5)  # the length and the tag: every message has a tag
+    n = int.from_bytes(head[:4], "little")
+    return head[4:] + _read_exact(fd, n - 1) if n > 1 else head[4:]
 
 
 def make_from_spec(spec: Any, kwargs: dict[str, Any]) -> Any:
@@ -285,30 +312,30 @@ def _start(args: WorkerArgs, cmd: Any, res: Any) -> Worker | None:
         try:
             env = make()
         except Exception as e:
-            res.send_bytes(_error(e, g))
+            write_msg(res.fileno(), _error(e, g))
             return None
         if not isinstance(env, gym.Env):
             err = TypeError(f"env_fn must return a gymnasium.Env, got {type(env).__name__}")
-            res.send_bytes(_error(err, g))
+            write_msg(res.fileno(), _error(err, g))
             return None
         envs.append(env)
-    res.send_bytes(HELLO + pickle.dumps(describe(envs[0])))
+    write_msg(res.fileno(), HELLO + pickle.dumps(describe(envs[0])))
     for g, env in enumerate(envs[1:], args.lo + 1):
         if (env.observation_space, env.action_space) != (
             envs[0].observation_space,
             envs[0].action_space,
         ):
             err = ValueError(f"env {g} has other spaces than env {args.lo}; all envs must match")
-            res.send_bytes(_error(err, g))
+            write_msg(res.fileno(), _error(err, g))
             return None
-    msg = cmd.recv_bytes()
+    msg = read_msg(cmd.fileno())
     if msg == QUIT:
         return None
     name, layout = pickle.loads(msg)
     worker = Worker(args, envs, Block(layout, name))
     if args.restart_seeds is not None:
         worker.restart(args.restart_seeds)
-    res.send_bytes(READY)
+    write_msg(res.fileno(), READY)
     return worker
 
 
@@ -323,7 +350,7 @@ def main(args: WorkerArgs, cmd: Any, res: Any, fault: Any) -> None:
     except (EOFError, BrokenPipeError):  # the parent went away during startup
         os._exit(1)
     except Exception as e:
-        res.send_bytes(_error(e, -1))
+        write_msg(res.fileno(), _error(e, -1))
         os._exit(1)
     if worker is None:
         os._exit(1)
@@ -336,7 +363,7 @@ def main(args: WorkerArgs, cmd: Any, res: Any, fault: Any) -> None:
                 break
             continue
         try:
-            msg = cmd.recv_bytes()
+            msg = read_msg(cmd.fileno())
         except (EOFError, OSError):
             break
         op = msg[:1]
@@ -353,7 +380,7 @@ def main(args: WorkerArgs, cmd: Any, res: Any, fault: Any) -> None:
                 raise RuntimeError(f"unknown command {op!r}")
             out = worker.reply()
         except Exception as e:
-            res.send_bytes(_error(e, int(worker.current[args.index])))
+            write_msg(res.fileno(), _error(e, int(worker.current[args.index])))
             os._exit(1)
-        res.send_bytes(out)
+        write_msg(res.fileno(), out)
     worker.close()
