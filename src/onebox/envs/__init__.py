@@ -10,7 +10,8 @@ Every pool is a `gymnasium.vector.VectorEnv` and also has EnvPool's async API:
 to finish with their ids in `info["env_id"]`.
 
 Backends are pool classes listed in `BACKENDS`, fastest first; `make` picks the first whose
-`handles(env_id)` is true, or the one named by `backend=`.
+`handles(env_id)` is true, or the one named by `backend=`. Any Gymnasium id, or `env_fn=`, runs in
+worker processes (`ProcessEnvPool`, the last backend).
 """
 
 from __future__ import annotations
