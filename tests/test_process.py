@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -45,7 +45,10 @@ class ComboEnv(gym.Env):
     """Nested Dict/Tuple spaces of every leaf kind; numeric, array, string and sparse infos;
     episodes that end at random (terminated) or at the time limit of `combo` (truncated)."""
 
-    def __init__(self) -> None:
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
         self.observation_space = spaces.Dict(
             {
                 "pos": spaces.Box(-10, 10, (2,), np.float32),
@@ -76,6 +79,9 @@ class ComboEnv(gym.Env):
         self.pos = (scale * self.np_random.uniform(-1, 1, 2)).astype(np.float32)
         return self._obs(), {"start": float(self.pos[0]), "tag": "reset"}
 
+    def render(self) -> np.ndarray:
+        return np.full((2, 3, 3), self.t, np.uint8)
+
     def step(self, action: Any) -> tuple:
         d, box, rest = action
         move = 0.1 * np.asarray(box) + 0.01 * int(d) + 0.001 * int(np.sum(rest["md"]))
@@ -95,8 +101,8 @@ class ComboEnv(gym.Env):
         return self._obs(), reward, bool(self.np_random.random() < 0.08), False, info
 
 
-def combo() -> gym.Env:
-    return gym.wrappers.TimeLimit(ComboEnv(), max_episode_steps=12)
+def combo(render_mode: str | None = None) -> gym.Env:
+    return gym.wrappers.TimeLimit(ComboEnv(render_mode), max_episode_steps=12)
 
 
 class CrashEnv(gym.Env):
@@ -332,6 +338,31 @@ def test_step_before_reset_resets_with_the_constructor_seed():
         assert (reward == 0).all()
     with make("CartPole-v1", 3, seed=7) as a:
         np.testing.assert_array_equal(a.reset()[0], obs)  # first reset: the constructor seed
+
+
+def test_render_returns_each_envs_frame_in_env_order():
+    with make(None, 3, env_fn=combo) as pool:
+        assert pool.render() is None  # no render_mode
+    with make(None, 3, env_fn=functools.partial(combo, "rgb_array"), batch_size=1) as pool:
+        assert pool.render_mode == "rgb_array"
+        assert pool.metadata["render_modes"] == ["rgb_array"]
+        pool.reset(seed=0)
+        actions = pool.action_space.sample()
+        pool.step(actions)
+        pool.send(tuple_rows(actions, [1]), [1])  # rendered after this pending step
+        frames = pool.render()
+        assert len(frames) == 3 and all(f.shape == (2, 3, 3) for f in frames)
+        assert [int(f[0, 0, 0]) for f in frames] == [1, 2, 1]
+        assert pool.recv()[4]["env_id"].tolist() == [1]
+
+
+def tuple_rows(actions: Any, rows: list[int]) -> Any:
+    """Rows `rows` of a batch of (nested) actions."""
+    if isinstance(actions, dict):
+        return {k: tuple_rows(v, rows) for k, v in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(tuple_rows(v, rows) for v in actions)
+    return actions[rows]
 
 
 # ---- crashes ------------------------------------------------------------------------------------

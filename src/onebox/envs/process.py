@@ -67,6 +67,7 @@ class _Proc:
         self.kinds: dict[int, str] = {}  # info slot -> "i" or "f"
         self.restarts = 0
         self.fresh = False  # restarted and has not completed a command since
+        self.frames: list[Any] | None = None  # the reply to RENDER
 
     def describe(self) -> str:
         pid = self.proc.pid if self.proc is not None else "?"
@@ -474,6 +475,9 @@ class ProcessEnvPool(EnvPool):
     def _done(self, p: _Proc, msg: bytes) -> None:
         ids, _ = p.pending.popleft()
         p.fresh = False
+        if msg[:1] == pw.FRAMES:
+            p.frames = pickle.loads(msg[1:])
+            return
         self._ready.append(ids)
         self._num_ready += len(ids)
         if msg[:1] == pw.EXTRAS:
@@ -707,6 +711,22 @@ class ProcessEnvPool(EnvPool):
         self._inflight[ids] = False
         self._num_inflight -= b
         return self._results(ids, ids)
+
+    def render(self) -> tuple[Any, ...] | None:
+        """Each env's `render()` (e.g. an RGB frame), in env order; None without a render_mode.
+
+        Pass `render_mode="rgb_array"` to `make` (it goes to `gymnasium.make`) to get frames.
+        Envs with async steps pending are rendered after those steps.
+        """
+        self._check_usable()
+        if self.render_mode is None:
+            return None
+        for p in self._procs:
+            p.frames = None
+            self._send(p, p.ids[:0], pw.RENDER)
+        while any(p.frames is None for p in self._procs):
+            self._pump()
+        return tuple(frame for p in self._procs for frame in p.frames or [])
 
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the workers and free the shared memory (once no `copy=False` view holds it)."""

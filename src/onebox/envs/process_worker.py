@@ -5,9 +5,10 @@ Protocol (every message is framed by `write_msg` and tagged by its first byte; a
 with one system call). Startup: the
 worker makes its envs and sends HELLO with their spaces; the parent answers with the shared-memory
 block's name and layout; the worker attaches and sends READY. Then, per command (ALL: step all
-my envs; STEP + int32 env ids; RESET + pickled (seeds, options); QUIT), it sends DONE, or EXTRAS +
-a pickle of what did not fit in shared memory (new info keys, non-numeric infos), or ERROR + a
-pickle of the exception's type, message, traceback and env id, after which it exits.
+my envs; STEP + int32 env ids; RESET + pickled (seeds, options); RENDER; QUIT), it sends DONE, or
+EXTRAS + a pickle of what did not fit in shared memory (new info keys, non-numeric infos), or
+FRAMES + a pickle of its envs' `render()` results, or ERROR + a pickle of the exception's type,
+message, traceback and env id, after which it exits.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ import numpy as np
 
 from onebox.envs.shm import Block, leaves, reader, writer
 
-HELLO, READY, DONE, EXTRAS, ERROR = b"H", b"R", b"D", b"X", b"E"
-ALL, STEP, RESET, QUIT = b"A", b"S", b"Z", b"Q"
+HELLO, READY, DONE, EXTRAS, FRAMES, ERROR = b"H", b"R", b"D", b"X", b"F", b"E"
+ALL, STEP, RESET, RENDER, QUIT = b"A", b"S", b"Z", b"V", b"Q"
 
 INFO, FINAL_INFO = 0, 1
 """The two info tables in shared memory: the step's info and, in SameStep mode, the final info."""
@@ -288,6 +289,14 @@ class Worker:
                 "backend sends non-numeric infos to the parent by pickling them"
             ) from e
 
+    def render(self) -> list[Any]:
+        frames = []
+        for i, env in enumerate(self.envs):
+            self.current[self.args.index] = self.args.lo + i
+            frames.append(env.render())
+        self.current[self.args.index] = -1
+        return frames
+
     def close(self) -> None:
         for env in self.envs:
             with contextlib.suppress(Exception):  # best effort: the process exits next
@@ -376,9 +385,9 @@ def main(args: WorkerArgs, cmd: Any, res: Any, fault: Any) -> None:
                 worker.step((np.frombuffer(msg, np.int32, offset=1) - lo).tolist())
             elif op == RESET:
                 worker.reset(*pickle.loads(msg[1:]))
-            else:
+            elif op != RENDER:
                 raise RuntimeError(f"unknown command {op!r}")
-            out = worker.reply()
+            out = FRAMES + pickle.dumps(worker.render()) if op == RENDER else worker.reply()
         except Exception as e:
             write_msg(res.fileno(), _error(e, int(worker.current[args.index])))
             os._exit(1)
