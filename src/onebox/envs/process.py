@@ -39,8 +39,18 @@ from onebox.envs.base import (
     expand_seeds,
     parse_autoreset_mode,
 )
-from onebox.envs.shm import ActionWriter, Block, Layout, assemble, gather, gather_into, leaves
-from onebox.envs.shm import leaf_array as _leaf_array
+from onebox.envs.shm import (
+    ActionWriter,
+    Block,
+    Layout,
+    add_info,
+    assemble,
+    copy_tree,
+    gather,
+    gather_into,
+    leaf_array,
+    leaves,
+)
 
 MAX_INFO_KEYS = 32
 """Numeric info keys per worker that travel through shared memory; more are pickled."""
@@ -114,29 +124,6 @@ def _read_available(conn: Any) -> str:
     except (BlockingIOError, OSError):
         pass
     return b"".join(chunks).decode(errors="replace").strip()
-
-
-def _add_info(infos: dict[str, Any], env_info: dict[str, Any], i: int, n: int) -> dict[str, Any]:
-    """Put one env's info at row i of the batched `infos`, as Gymnasium's `VectorEnv._add_info`."""
-    for key, value in env_info.items():
-        if isinstance(value, dict):
-            array = _add_info(infos.get(key, {}), value, i, n)
-        else:
-            array = infos.get(key)
-            if array is None:
-                if type(value) in (int, float, bool) or isinstance(value, np.number):
-                    array = np.zeros(n, dtype=type(value))
-                elif isinstance(value, np.ndarray):
-                    array = np.zeros((n, *value.shape), dtype=value.dtype)
-                else:
-                    array = np.full(n, None, dtype=object)
-            array[i] = value
-        mask = infos.get("_" + key)
-        if mask is None:
-            mask = np.zeros(n, dtype=bool)
-        mask[i] = True
-        infos[key], infos["_" + key] = array, mask
-    return infos
 
 
 class ProcessEnvPool(EnvPool):
@@ -388,12 +375,12 @@ class ProcessEnvPool(EnvPool):
 
         arrays: list[tuple[str, tuple[int, ...], Any]] = []
         for k, (_, leaf) in enumerate(obs_leaves):
-            shape, dtype = _leaf_array(leaf)
+            shape, dtype = leaf_array(leaf)
             arrays.append((f"obs{k}", (n, *shape), dtype))
             if self._same_step:
                 arrays.append((f"final_obs{k}", (n, *shape), dtype))
         for k, (_, leaf) in enumerate(act_leaves):
-            shape, dtype = _leaf_array(leaf)
+            shape, dtype = leaf_array(leaf)
             arrays.append((f"act{k}", (n, *shape), dtype))
         arrays += [
             ("reward", (n,), np.float64),
@@ -557,7 +544,7 @@ class ProcessEnvPool(EnvPool):
             obs = gather(self.single_observation_space, self._obs, index)
             reward, term, trunc = a["reward"], a["terminated"], a["truncated"]
             if self.copy:
-                obs = _copy_tree(obs)
+                obs = copy_tree(obs)
                 reward, term, trunc = reward.copy(), term.copy(), trunc.copy()
         elif self.copy:
             obs = gather(self.single_observation_space, self._obs, index)
@@ -628,7 +615,7 @@ class ProcessEnvPool(EnvPool):
             for pos, g in enumerate(ids.tolist()):
                 extra = self._other.pop((table, g), None)
                 if extra is not None and (only is None or only[pos]):
-                    _add_info(out, extra, pos, n)
+                    add_info(out, extra, pos, n)
 
     # ---- Gymnasium sync API --------------------------------------------------------------------
 
@@ -644,7 +631,7 @@ class ProcessEnvPool(EnvPool):
         self._num_inflight = 0
         index = slice(None)
         obs = gather(self.single_observation_space, self._obs, index)
-        return (_copy_tree(obs) if self.copy else obs), self._info(self._all_ids, index, False)
+        return (copy_tree(obs) if self.copy else obs), self._info(self._all_ids, index, False)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with one action each; results in env order."""
@@ -776,11 +763,3 @@ class ProcessEnvPool(EnvPool):
             twice = next(i for i in listed if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise ValueError(f"env id {twice} appears twice in one send()")
         return ids.astype(np.int32)  # a copy: the caller may reuse its array
-
-
-def _copy_tree(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy_tree(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_copy_tree(v) for v in value)
-    return value.copy()

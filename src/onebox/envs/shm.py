@@ -4,6 +4,7 @@ nested Gymnasium spaces (Dict, Tuple) and their leaf arrays.
 A space is flattened into leaves (Box, Discrete, MultiDiscrete, MultiBinary), each stored as one
 array with a leading env axis. The parent writes actions into the action leaves and reads
 observations out of the observation leaves; the workers do the opposite, one env at a time.
+`add_info` batches per-env info dicts as Gymnasium's vector envs do.
 """
 
 from __future__ import annotations
@@ -256,3 +257,35 @@ class ActionWriter:
                 "values outside the bounds are left to the env)"
             )
         return a
+
+
+def add_info(infos: dict[str, Any], env_info: dict[str, Any], i: int, n: int) -> dict[str, Any]:
+    """Put one env's info at row i of the batched `infos`, as Gymnasium's `VectorEnv._add_info`."""
+    for key, value in env_info.items():
+        if isinstance(value, dict):
+            array = add_info(infos.get(key, {}), value, i, n)
+        else:
+            array = infos.get(key)
+            if array is None:
+                if type(value) in (int, float, bool) or isinstance(value, np.number):
+                    array = np.zeros(n, dtype=type(value))
+                elif isinstance(value, np.ndarray):
+                    array = np.zeros((n, *value.shape), dtype=value.dtype)
+                else:
+                    array = np.full(n, None, dtype=object)
+            array[i] = value
+        mask = infos.get("_" + key)
+        if mask is None:
+            mask = np.zeros(n, dtype=bool)
+        mask[i] = True
+        infos[key], infos["_" + key] = array, mask
+    return infos
+
+
+def copy_tree(value: Any) -> Any:
+    """A copy of a nested (dict/tuple) value of arrays."""
+    if isinstance(value, dict):
+        return {k: copy_tree(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(copy_tree(v) for v in value)
+    return value.copy()
