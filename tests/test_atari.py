@@ -345,7 +345,7 @@ def test_without_ale_py(monkeypatch):
     monkeypatch.setitem(sys.modules, "ale_py", None)  # `import ale_py` now fails
     atari._games.cache_clear()
     try:
-        assert not any(i.endswith("-v5") for i in onebox.envs.list_envs())
+        assert "Pong-v5" not in onebox.envs.list_envs()  # ALE/ ids may stay, via Gymnasium
         with pytest.raises(ImportError, match=r'pip install "onebox\[atari\]"'):
             onebox.envs.make("Pong-v5")
     finally:

@@ -48,7 +48,14 @@ class Group:
 
 @dataclasses.dataclass
 class EnvsConfig:
-    """List every env onebox can make: id, backend, spaces and time limit."""
+    """List every env onebox can make, with its backend."""
+
+    backend: str | None = None
+    """Only this backend's envs (native, atari, process)."""
+    match: str | None = None
+    """Only ids containing this text (case-insensitive)."""
+    spaces: bool = False
+    """Also make each listed env once to show its spaces and time limit (slow for many)."""
 
 
 @dataclasses.dataclass
@@ -95,7 +102,7 @@ COMMANDS: dict[str, Command | Group] = {
         run="onebox.algos.launch:evaluate",
     ),
     "envs": Command(
-        "List every env with its backend, spaces and time limit.",
+        "List every env with its backend (`--spaces` for spaces and time limits).",
         config="onebox.cli:EnvsConfig",
         run="onebox.cli:list_envs",
     ),
@@ -174,36 +181,53 @@ def _load(target: str) -> Any:
 
 
 def list_envs(config: EnvsConfig) -> int:
-    """Print a table of every env: id, backend, observation and action spaces, time limit."""
+    """Print a table of the envs: id and backend, and with `--spaces` their spaces and limit."""
     from rich.table import Table
 
     import onebox.envs
     from onebox.bench.common import console
 
-    table = Table(title="onebox envs")
-    for column in ("env id", "backend", "observation space", "action space", "time limit"):
-        table.add_column(column, no_wrap=column == "env id")
+    if config.backend is not None and config.backend not in onebox.envs.BACKENDS:
+        raise ValueError(
+            f"unknown backend {config.backend!r}; choose one of {', '.join(onebox.envs.BACKENDS)}"
+        )
+    rows = []
     for env_id in onebox.envs.list_envs():
-        env = onebox.envs.make(env_id, num_envs=1, num_threads=1)
-        try:
-            limit = env.spec.max_episode_steps if env.spec is not None else None
-            table.add_row(
-                env_id,
-                _backend(env),
-                format_space(env.single_observation_space),
-                format_space(env.single_action_space),
-                str(limit) if limit else "none",
-            )
-        finally:
-            env.close()
+        backend = onebox.envs.backend_of(env_id)
+        if config.backend is not None and backend != config.backend:
+            continue
+        if config.match is not None and config.match.lower() not in env_id.lower():
+            continue
+        rows.append((env_id, backend or ""))
+    columns = ["env id", "backend"]
+    if config.spaces:
+        columns += ["observation space", "action space", "time limit"]
+    table = Table(title=f"onebox envs ({len(rows)})")
+    for column in columns:
+        table.add_column(column, no_wrap=column == "env id")
+    for env_id, backend in rows:
+        table.add_row(env_id, backend, *(_describe(env_id) if config.spaces else ()))
     console().print(table)
     return 0
 
 
-def _backend(env: Any) -> str:
-    """'native' for `NativeEnvPool`: each backend's pool class is named `<Backend>EnvPool`."""
-    name = type(env).__name__
-    return name.removesuffix("EnvPool").lower() or name
+def _describe(env_id: str) -> tuple[str, str, str]:
+    """Spaces and time limit of an env, from a one-env pool; why not, if it cannot be made."""
+    import onebox.envs
+
+    try:
+        env = onebox.envs.make(env_id, num_envs=1, num_threads=1)
+    except Exception as e:  # a Gymnasium env whose dependencies are missing, ...
+        return (f"cannot make: {type(e).__name__}", "", "")
+    try:
+        limit = env.spec.max_episode_steps if env.spec is not None else None
+        return (
+            format_space(env.single_observation_space),
+            format_space(env.single_action_space),
+            str(limit) if limit else "none",
+        )
+    finally:
+        env.close()
 
 
 def format_space(space: Any) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from onebox.bench import atari_peers, common
+from onebox.bench import atari_peers, common, process_peers
 
 ASYNC_VECTOR_MAX_ENVS = 64
 """Gymnasium's AsyncVectorEnv runs one process per env: it is skipped above this many envs."""
@@ -212,6 +212,8 @@ def envpool_async(task: Task) -> Loop:
 PEERS: tuple[Peer, ...] = (
     Peer("onebox-sync", "onebox", "onebox sync", onebox_sync),
     Peer("onebox-async", "onebox", "onebox async", onebox_async),
+    Peer("onebox-process", "process", "onebox process", process_peers.process_sync),
+    Peer("onebox-process-async", "process", "onebox process async", process_peers.process_async),
     Peer("gymnasium-sync", "gymnasium", "Gymnasium SyncVectorEnv", gymnasium_sync),
     Peer("gymnasium-async", "gymnasium", "Gymnasium AsyncVectorEnv", gymnasium_async),
     Peer("gymnasium-vector", "gymnasium", "Gymnasium numpy-vectorized", gymnasium_vector),
@@ -249,11 +251,14 @@ class EnvBenchConfig:
     warmup: float = 0.5
     """Warm-up before each measurement, in seconds (not counted)."""
     peers: tuple[PeerName, ...] = _FAMILIES  # type: ignore[valid-type]
-    """Backends to run, by name, or by family (onebox, gymnasium, envpool, ale) for all of its own."""
+    """Backends to run, by name, or by family (onebox, process, gymnasium, envpool, ale) for all of its own."""
     seed: int = 0
     """Seed of the envs and of the random actions."""
     output: Path | None = None
     """Markdown file to write the results to (e.g. docs/benchmarks.md), in this env's section."""
+    section: str | None = None
+    """Label of the section to write, after the env id (e.g. `process`), so that a run of a few
+    peers does not replace the env's main section."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +329,8 @@ def run(config: EnvBenchConfig) -> int:
     if config.output is not None:
         command = common.command_line("onebox bench envs", config)
         body = markdown_section(config, header, rows, machine, command, common.now())
-        path = common.write_section(config.output, section_key(config.env), body)
+        key = section_key(config.env) + (f":{config.section}" if config.section else "")
+        path = common.write_section(config.output, key, body)
         console.print(f"wrote the {config.env} section of {path}")
     return 0
 
@@ -343,7 +349,7 @@ def section_key(env_id: str) -> str:
 def table_rows(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     """Header and rows: backend, envs, steps/s, then onebox's speed over the row's, for each
     onebox backend that ran ("onebox sync ×" = onebox sync steps/s / this row's steps/s)."""
-    ours = [p for p in dict.fromkeys(r.peer for r in results) if p.family == "onebox"]
+    ours = [p for p in dict.fromkeys(r.peer for r in results) if p.family in ("onebox", "process")]
     header = ["backend", "envs", "steps/s", *(f"{p.label} ×" for p in ours)]
     rates = {(r.peer.name, r.num_envs): r.rate for r in results}
     rows = []
@@ -391,7 +397,7 @@ def markdown_section(
     """The markdown of one env's results: table, command, date, machine."""
     right = [i > 0 for i in range(len(header))]
     lines = [
-        f"### {config.env}",
+        f"### {config.env}" + (f" ({config.section})" if config.section else ""),
         "",
         f"{_threads(config.num_threads)} for onebox and EnvPool; async backends receive "
         f"num_envs/2 envs per `recv`; {config.seconds:g} s per measurement after "
