@@ -50,11 +50,16 @@ def parse_env_options(options: dict[str, str]) -> dict[str, Any]:
 
 
 def env_family(env_id: str, **env_kwargs: Any) -> Family:
-    """The preset family of an env: Atari by backend, else continuous or classic by its actions."""
+    """The preset family of an env (Atari by backend, else continuous or classic by its actions),
+    from a one-env probe, which also checks the env's options: bad ones raise ValueError."""
+    try:
+        probe = onebox.envs.make(env_id, num_envs=1, num_threads=1, **env_kwargs)
+    except TypeError as e:  # an unknown option or one of the wrong type
+        raise ValueError(str(e)) from None
+    with probe:
+        discrete = not hasattr(probe.single_action_space, "low")
     if onebox.envs.backend_of(env_id) == "atari":
         return "atari"
-    with onebox.envs.make(env_id, num_envs=1, num_threads=1, **env_kwargs) as probe:
-        discrete = not hasattr(probe.single_action_space, "low")
     return "classic" if discrete else "continuous"
 
 

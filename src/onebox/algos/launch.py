@@ -44,7 +44,7 @@ def play(
     policy: Any, envs: Any, episodes: int, seed: int, record: bool = False
 ) -> tuple[list[float], list[int], list[np.ndarray]]:
     """Play `episodes` episodes on a one-env pool; returns, lengths and (if `record`) the
-    frames of the first episode from `envs.render()`."""
+    frames of the first episode from `envs.render()` (one frame per env)."""
     from onebox.sampling import EpisodeTracker
 
     tracker = EpisodeTracker(1)
@@ -52,7 +52,7 @@ def play(
     obs, _ = envs.reset(seed=seed)
     while len(tracker.finished_returns) < episodes:
         if record and not tracker.finished_returns:
-            frames.append(envs.render())
+            frames.append(envs.render()[0])
         obs, reward, terminated, truncated, info = envs.step(policy(obs))
         tracker.update(np.zeros(1, np.int64), reward, np.logical_or(terminated, truncated), info)
     return tracker.finished_returns[:episodes], tracker.finished_lengths[:episodes], frames

@@ -151,10 +151,13 @@ def resolve(config: Config) -> Config:
     env_kwargs = parse_env_options(config.env_options)
     if onebox.envs.backend_of(config.env) is None:
         onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
-    family = config.preset if config.preset != "auto" else env_family(config.env, **env_kwargs)
+    family = env_family(config.env, **env_kwargs)
+    family = config.preset if config.preset != "auto" else family
     config = fill_preset(config, PRESETS[family])
     if config.preset == "auto":
         config = dataclasses.replace(config, preset=family)
+    if config.num_threads is None:
+        config = dataclasses.replace(config, num_threads=onebox.envs.physical_cores())
     if config.torch_threads is None:
         threads = onebox.envs.physical_cores() if family == "atari" else 1
         config = dataclasses.replace(config, torch_threads=threads)
@@ -342,6 +345,7 @@ def train(config: Config, resume: Path | None = None) -> Path:
     checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
 
     def save() -> None:
+        logger.flush()  # the logs up to the checkpoint survive a kill, as the checkpoint does
         checkpointer.save({
             "agent": agent.state_dict(), "iteration": iteration, "global_step": global_step,
             "elapsed": logger.elapsed(), "rng": run.rng_state(), "env_seed": env_seed,
