@@ -1,8 +1,16 @@
-"""Env pools backed by the C++ engine (`onebox._engine`): classic control and, later, MuJoCo."""
+"""Env pools backed by the C++ engine: `onebox._engine` (classic control) and, when the `mujoco`
+package is installed (`pip install "onebox[mujoco]"`), `onebox._mujoco` (MuJoCo locomotion)."""
 
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib
+import importlib.util
+import os
+import warnings
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -22,14 +30,68 @@ from onebox.envs.base import (
 )
 
 
+@functools.cache
+def _mujoco_module() -> ModuleType | None:
+    """`onebox._mujoco`, or None (with a warning if `mujoco` is installed but it cannot load)."""
+    if importlib.util.find_spec("mujoco") is None:
+        return None
+    try:
+        return importlib.import_module("onebox._mujoco")
+    except ImportError:
+        pass
+    try:  # libmujoco is not next to onebox in site-packages: let the mujoco package load it
+        importlib.import_module("mujoco")
+        return importlib.import_module("onebox._mujoco")
+    except ImportError as e:
+        warnings.warn(
+            f"the MuJoCo envs are unavailable ({e}). onebox's MuJoCo module must be built against "
+            "the installed mujoco version: reinstall with `pip install \"onebox[mujoco]\"`.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+
+
+@functools.cache
+def _module_table() -> dict[str, ModuleType]:
+    table = {env_id: _engine for env_id in _engine.list_envs()}
+    mujoco = _mujoco_module()
+    if mujoco is not None:
+        table.update({env_id: mujoco for env_id in mujoco.list_envs()})
+    return table
+
+
+def _module_of(env_id: str) -> ModuleType:
+    return _module_table()[env_id]
+
+
 def native_ids() -> list[str]:
-    """Ids of the envs implemented in C++."""
-    return list(_engine.list_envs())
+    """Ids of the envs implemented in C++ (the MuJoCo ones only if `mujoco` is installed)."""
+    return sorted(_module_table())
 
 
 def native_options(env_id: str) -> dict[str, tuple[Any, str]]:
     """Constructor options of a native env: name -> (default, doc)."""
-    return {name: (default, doc) for name, default, doc in _engine.env_options(env_id)}
+    return {
+        name: (tuple(default) if isinstance(default, list) else default, doc)
+        for name, default, doc in _module_of(env_id).env_options(env_id)
+    }
+
+
+def mujoco_model_path(xml_file: str) -> str:
+    """The model file an `xml_file` option names, as Gymnasium's MujocoEnv finds it: a path if it
+    starts with "/", "." or "~", else a file in Gymnasium's `envs/mujoco/assets` folder."""
+    if xml_file.startswith(("/", ".")):
+        path = xml_file
+    elif xml_file.startswith("~"):
+        path = os.path.expanduser(xml_file)
+    else:
+        import gymnasium
+
+        path = str(Path(gymnasium.__file__).parent / "envs" / "mujoco" / "assets" / xml_file)
+    if not os.path.isfile(path):
+        raise ValueError(f"xml_file {xml_file!r}: the MuJoCo model {path} does not exist")
+    return path
 
 
 def resolve_options(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -54,6 +116,21 @@ def resolve_options(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
                 value, bool
             )
             value = float(value) if ok else value
+        elif isinstance(default, tuple):
+            ok = (
+                isinstance(value, tuple | list | np.ndarray)
+                and len(value) == len(default)
+                and all(
+                    isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+                    for v in value
+                )
+            )
+            value = tuple(float(v) for v in value) if ok else value
+            if not ok:
+                raise TypeError(
+                    f"{env_id} option {name!r} takes a tuple of {len(default)} numbers, "
+                    f"got {value!r}"
+                )
         else:
             ok = isinstance(value, str)
         if not ok:
@@ -135,7 +212,11 @@ class NativeEnvPool(EnvPool):
                 f"got {thread_affinity_offset!r}"
             )
         config = resolve_options(env_id, env_kwargs)
-        spec = _engine.env_spec(env_id, config)
+        module = _module_of(env_id)
+        engine_config = dict(config)
+        if "xml_file" in config:
+            engine_config["xml_file"] = mujoco_model_path(config["xml_file"])
+        spec = module.env_spec(env_id, engine_config)
         if max_episode_steps is None:
             max_episode_steps = spec["max_episode_steps"]
         elif not isinstance(max_episode_steps, int | np.integer) or max_episode_steps < 0:
@@ -143,9 +224,9 @@ class NativeEnvPool(EnvPool):
                 f"max_episode_steps must be a non-negative integer, got {max_episode_steps!r}"
             )
 
-        self._engine = _engine.Engine(
+        self._engine = module.Engine(
             env_id,
-            config,
+            engine_config,
             num_envs,
             batch_size,
             min(num_threads, num_envs),
