@@ -196,4 +196,43 @@ T* PutClipped(T* o, const double* v, int n, double lo, double hi) {
   return o;
 }
 
+// Humanoid's and HumanoidStandup's observation: qpos (without x, y by default), qvel, then the
+// optional cinert[1:], cvel[1:], qfrc_actuator[6:] and cfrc_ext[1:].
+struct BodyObs {
+  explicit BodyObs(const Config& cfg)
+      : skip(cfg.Bool("exclude_current_positions_from_observation") ? 2 : 0),
+        cinert(cfg.Bool("include_cinert_in_observation")),
+        cvel(cfg.Bool("include_cvel_in_observation")),
+        qfrc_actuator(cfg.Bool("include_qfrc_actuator_in_observation")),
+        cfrc_ext(cfg.Bool("include_cfrc_ext_in_observation")) {}
+
+  static void AddOptions(std::vector<OptionDecl>* o) {
+    o->push_back({"exclude_current_positions_from_observation", true,
+                  "Leave the x and y positions out of the observation."});
+    o->push_back({"include_cinert_in_observation", true, "Observe the bodies' cinert[1:]."});
+    o->push_back({"include_cvel_in_observation", true, "Observe the bodies' cvel[1:]."});
+    o->push_back({"include_qfrc_actuator_in_observation", true, "Observe qfrc_actuator[6:]."});
+    o->push_back({"include_cfrc_ext_in_observation", true, "Observe the bodies' cfrc_ext[1:]."});
+  }
+
+  int64_t Size(const mjModel* m) const {
+    const int64_t bodies = m->nbody - 1;
+    return m->nq - skip + m->nv + (cinert ? 10 * bodies : 0) + (cvel ? 6 * bodies : 0) +
+           (qfrc_actuator ? m->nv - 6 : 0) + (cfrc_ext ? 6 * bodies : 0);
+  }
+
+  void Write(const mjModel* m, const mjData* d, double* o) const {
+    const int bodies = m->nbody - 1;
+    o = Put(o, d->qpos + skip, m->nq - skip);
+    o = Put(o, d->qvel, m->nv);
+    if (cinert) o = Put(o, d->cinert + 10, 10 * bodies);
+    if (cvel) o = Put(o, d->cvel + 6, 6 * bodies);
+    if (qfrc_actuator) o = Put(o, d->qfrc_actuator + 6, m->nv - 6);
+    if (cfrc_ext) Put(o, d->cfrc_ext + 6, 6 * bodies);
+  }
+
+  int skip;
+  bool cinert, cvel, qfrc_actuator, cfrc_ext;
+};
+
 }  // namespace onebox::mj
