@@ -69,7 +69,9 @@ def run_golden(env_id: str, steps: int, num_envs: int = 2, seed: int = 5, **kwar
         np.testing.assert_array_equal(obs_i, u._get_obs())
         ginfo = u._get_reset_info()  # reset infos: those Gymnasium has, the others are 0
         for k in keys:
-            expected = gym_info_value(ginfo, k) if k.rpartition("_")[0] in ginfo or k in ginfo else 0
+            expected = (
+                gym_info_value(ginfo, k) if k.rpartition("_")[0] in ginfo or k in ginfo else 0
+            )
             np.testing.assert_allclose(info[k][i], expected, **TOL, err_msg=f"reset {k}")
 
     obs, info = pool.reset()

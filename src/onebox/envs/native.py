@@ -45,7 +45,7 @@ def _mujoco_module() -> ModuleType | None:
     except ImportError as e:
         warnings.warn(
             f"the MuJoCo envs are unavailable ({e}). onebox's MuJoCo module must be built against "
-            "the installed mujoco version: reinstall with `pip install \"onebox[mujoco]\"`.",
+            'the installed mujoco version: reinstall with `pip install "onebox[mujoco]"`.',
             RuntimeWarning,
             stacklevel=3,
         )
@@ -121,7 +121,8 @@ def resolve_options(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
                 isinstance(value, tuple | list | np.ndarray)
                 and len(value) == len(default)
                 and all(
-                    isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+                    isinstance(v, int | float | np.integer | np.floating)
+                    and not isinstance(v, bool)
                     for v in value
                 )
             )
@@ -324,6 +325,91 @@ class NativeEnvPool(EnvPool):
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the worker threads."""
         self._engine.close()
+
+    # ---- closed-loop rollouts ------------------------------------------------------------------
+
+    def policy_size(self, hidden: int = 0) -> int:
+        """Parameters of one `rollout` policy: linear (`hidden=0`) or one tanh layer of `hidden`."""
+        if not isinstance(hidden, int | np.integer) or isinstance(hidden, bool) or hidden < 0:
+            raise ValueError(f"hidden must be a non-negative integer, got {hidden!r}")
+        return int(self._engine.policy_params(int(hidden)))
+
+    def rollout(
+        self,
+        weights: Any,
+        *,
+        hidden: int = 0,
+        obs_mean: Any = None,
+        obs_std: Any = None,
+        seed: SeedLike = None,
+        max_steps: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Run one whole episode in every env with a policy evaluated in C++; no Python per step.
+
+        Env i resets (a new episode of its seed stream, or of `seed` as in `reset`) and steps until
+        it terminates or reaches the time limit (`max_steps`, default the pool's), with the action
+        of policy parameters `weights[i]`, computed in float64 on `o' = (o - obs_mean) / obs_std`
+        (or `o` itself when no statistics are given):
+
+        - `hidden=0`: `out = W o' + b`; `weights[i]` is W (`[out, obs]`, row-major), then b.
+        - `hidden=h`: `out = W2 tanh(W1 o' + b1) + b2`; `weights[i]` is W1 (`[h, obs]`), b1, W2
+          (`[out, h]`), b2.
+
+        A Box action is `out` clipped to the action bounds (out has the action's size); a Discrete
+        action is `argmax(out)` (out has n elements). `policy_size(hidden)` is the row length.
+        The envs run on the pool's threads, one episode per task.
+
+        Args:
+            weights: float32-convertible array `[num_envs, policy_size(hidden)]`, finite.
+            hidden: tanh units of the hidden layer; 0 for a linear policy.
+            obs_mean, obs_std: observation statistics (`[obs size]`, std > 0), or both None.
+            seed: reseed the envs first (int: env i gets seed + i); None continues their streams.
+            max_steps: episode cap; default the pool's `max_episode_steps` (required if it has none).
+
+        Returns:
+            (returns, lengths): float64 episode returns (NaN if the policy output was NaN) and
+            int64 episode lengths, one per env. Afterwards every env needs a reset, which the next
+            `step` does by itself (as after an episode end); `reset()` also works.
+        """
+        size = self.policy_size(hidden)
+        w = np.asarray(weights)
+        if w.dtype.kind not in "fiu":
+            raise TypeError(f"weights must be numbers, got dtype {w.dtype}")
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        if w.shape != (self.num_envs, size):
+            raise ValueError(
+                f"weights must have shape (num_envs, policy_size(hidden={hidden})) = "
+                f"({self.num_envs}, {size}), got {w.shape}"
+            )
+        if not np.isfinite(w).all():
+            raise ValueError("weights contain NaN or infinite values")
+        if (obs_mean is None) != (obs_std is None):
+            raise ValueError("pass obs_mean and obs_std together, or neither")
+        stats: list[np.ndarray | None] = [None, None]
+        if obs_mean is not None:
+            n = self.single_observation_space.shape
+            for k, (name, v) in enumerate((("obs_mean", obs_mean), ("obs_std", obs_std))):
+                a = np.ascontiguousarray(v, dtype=np.float64)
+                if a.shape != n:
+                    raise ValueError(f"{name} must have shape {n}, got {a.shape}")
+                if not np.isfinite(a).all():
+                    raise ValueError(f"{name} contains NaN or infinite values")
+                stats[k] = a.reshape(-1)
+            assert stats[1] is not None
+            if (stats[1] <= 0).any():
+                raise ValueError("obs_std must be positive")
+        if max_steps is None:
+            cap = 0
+            if not self.spec or not self.spec.max_episode_steps:
+                raise ValueError("this pool has no time limit: pass max_steps to cap the episodes")
+        elif not isinstance(max_steps, int | np.integer) or max_steps <= 0:
+            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        else:
+            cap = int(max_steps)
+        returns, lengths = self._engine.rollout(
+            w, int(hidden), stats[0], stats[1], cap, expand_seeds(seed, self.num_envs)
+        )
+        return np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64)
 
     # ---- helpers ------------------------------------------------------------------------------
 
