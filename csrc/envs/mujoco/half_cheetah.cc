@@ -29,7 +29,9 @@ struct HalfCheetah {
         forward_weight_(cfg.Float("forward_reward_weight")),
         ctrl_weight_(cfg.Float("ctrl_cost_weight")),
         noise_(cfg.Float("reset_noise_scale")),
-        skip_(cfg.Bool("exclude_current_positions_from_observation") ? 1 : 0) {}
+        skip_(cfg.Bool("exclude_current_positions_from_observation") ? 1 : 0) {
+    sim_.post_constraint = false;  // cfrc_ext is not used
+  }
 
   void Reset(Rng& rng, Obs* obs, double* info) {
     const mjModel* m = sim_.m;

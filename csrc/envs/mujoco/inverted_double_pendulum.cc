@@ -24,6 +24,7 @@ struct InvertedDoublePendulum {
 
   explicit InvertedDoublePendulum(const Config& cfg)
       : sim_(cfg), healthy_reward_(cfg.Float("healthy_reward")), noise_(cfg.Float("reset_noise_scale")) {
+    sim_.post_constraint = false;  // cfrc_ext is not used
     Spec(cfg);  // checks the model's shape
   }
 

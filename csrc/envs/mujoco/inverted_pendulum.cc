@@ -19,6 +19,7 @@ struct InvertedPendulum {
   }
 
   explicit InvertedPendulum(const Config& cfg) : sim_(cfg), noise_(cfg.Float("reset_noise_scale")) {
+    sim_.post_constraint = false;  // cfrc_ext is not used
     Spec(cfg);  // checks the model's shape
   }
 

@@ -144,12 +144,12 @@ class Sim {
     mj_forward(m, d);
   }
 
-  // MujocoEnv.do_simulation: ctrl = action, frame_skip mj_steps, then mj_rnePostConstraint
-  // (for cfrc_ext).
+  // MujocoEnv.do_simulation: ctrl = action, frame_skip mj_steps, then mj_rnePostConstraint,
+  // which only computes outputs (cacc, cfrc_int, cfrc_ext): envs that do not read them skip it.
   void Simulate(const float* action) {
     for (int i = 0; i < m->nu; ++i) d->ctrl[i] = static_cast<double>(action[i]);
     for (int64_t k = 0; k < frame_skip_; ++k) mj_step(m, d);
-    mj_rnePostConstraint(m, d);
+    if (post_constraint) mj_rnePostConstraint(m, d);
   }
 
   // (qpos, qvel), for tests and debugging.
@@ -174,6 +174,7 @@ class Sim {
 
   const mjModel* m = nullptr;
   mjData* d = nullptr;
+  bool post_constraint = true;  // run mj_rnePostConstraint after each step (for cfrc_ext)
   std::vector<double> init_qpos, init_qvel;
 
  private:

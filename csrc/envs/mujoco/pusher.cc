@@ -30,6 +30,7 @@ struct Pusher {
         tips_(sim_.BodyId("tips_arm")),
         object_(sim_.BodyId("object")),
         goal_(sim_.BodyId("goal")) {
+    sim_.post_constraint = false;  // cfrc_ext is not used
     Spec(cfg);  // checks the model's shape
   }
 

@@ -26,6 +26,7 @@ struct Reacher {
         ctrl_weight_(cfg.Float("reward_control_weight")),
         fingertip_(sim_.BodyId("fingertip")),
         target_(sim_.BodyId("target")) {
+    sim_.post_constraint = false;  // cfrc_ext is not used
     Spec(cfg);  // checks the model's shape
   }
 

@@ -43,7 +43,9 @@ struct Walker2d {
         z_range_(mj::Range(cfg, "healthy_z_range")),
         angle_range_(mj::Range(cfg, "healthy_angle_range")),
         noise_(cfg.Float("reset_noise_scale")),
-        skip_(cfg.Bool("exclude_current_positions_from_observation") ? 1 : 0) {}
+        skip_(cfg.Bool("exclude_current_positions_from_observation") ? 1 : 0) {
+    sim_.post_constraint = false;  // cfrc_ext is not used
+  }
 
   void Reset(Rng& rng, Obs* obs, double* info) {
     const mjModel* m = sim_.m;
