@@ -163,3 +163,25 @@ def test_mujoco_terminating_episodes_match_python_loop() -> None:
     np.testing.assert_array_equal(lengths, ref[1])
     assert lengths.max() <= 300 and lengths.min() < 300  # some fall: terminated
     np.testing.assert_allclose(returns, ref[0], rtol=1e-9)
+
+
+def test_bench_policy_peers() -> None:
+    """The closed-loop rows of `onebox bench envs` run, and `measure` counts the steps a
+    varying-length loop reports."""
+    from onebox.bench import common
+    from onebox.bench.envs import Task, measure_peer, select_peers
+
+    calls: list[int] = []
+
+    def run(k: int) -> int:
+        calls.append(k)
+        return 7  # steps done by this call, whatever k is
+
+    timing = common.measure(run, steps_per_call=1, seconds=0.01, warmup=0)
+    assert timing.steps == 7 * (len(calls) - 1)  # the first call was the warm-up
+    peers = select_peers(("policy",))
+    assert [p.name for p in peers] == ["policy-python", "policy-rollout"]
+    for peer in peers:
+        result = measure_peer(peer, Task("Pendulum-v1", 4, 1), seconds=0.05, warmup=0.0)
+        assert result.rate and result.rate > 0, result.note
+        assert "n/a" in measure_peer(peer, Task("CartPole-v1", 4, 1), 0.05, 0.0).note
