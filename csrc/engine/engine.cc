@@ -96,6 +96,9 @@ Engine::Engine(const EnvSpec& spec, const EngineOptions& opt) : spec_(spec), opt
   InitResults(&batch_, opt.batch_size, spec);
   actions_.Init(spec.action.dtype,
                 RowShape(n, spec.action.discrete ? std::vector<int64_t>{} : spec.action.shape));
+  policy_out_ = static_cast<size_t>(spec.action.discrete ? spec.action.n : spec.action.Size());
+  rollout_return_.assign(n, 0.0);
+  rollout_length_.assign(n, 0);
   rng_.resize(n);
   seed_.resize(n);
   episode_.assign(n, 0);
@@ -215,6 +218,31 @@ void Engine::Step(const void* actions) {
   CheckUsable();
 }
 
+int64_t Engine::PolicyParams(int hidden) const {
+  const int64_t no = static_cast<int64_t>(obs_size_), na = static_cast<int64_t>(policy_out_);
+  return hidden > 0 ? hidden * (no + 1) + na * (hidden + 1) : na * (no + 1);
+}
+
+void Engine::Rollout(const RolloutPolicy& policy, const std::vector<uint64_t>& seeds) {
+  std::lock_guard<std::mutex> api(api_mu_);
+  CheckUsable();
+  if (inflight_count_)
+    throw std::logic_error(std::to_string(inflight_count_) +
+                           " envs have async steps pending; recv() them or reset() before rollout()");
+  if (!policy.weights || policy.hidden < 0 || (!policy.obs_mean != !policy.obs_std))
+    throw std::invalid_argument("rollout: bad policy (weights, hidden >= 0, mean and std together)");
+  if (policy.max_steps <= 0 && opt_.max_episode_steps <= 0)
+    throw std::invalid_argument(
+        "rollout needs an episode cap: the pool has no time limit, so pass max_steps > 0");
+  ApplySeeds(seeds);
+  rollout_ = policy;
+  std::fill(op_.begin(), op_.end(), kRollout);
+  Dispatch(all_ids_.data(), opt_.num_envs, true, true);
+  WaitDone(opt_.num_envs);
+  rollout_ = RolloutPolicy();
+  CheckUsable();
+}
+
 void Engine::AsyncReset(const std::vector<uint64_t>& seeds) {
   std::lock_guard<std::mutex> api(api_mu_);
   CheckUsable();
@@ -281,16 +309,17 @@ void Engine::Recv() {
   inflight_count_ -= b;
 }
 
-void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps) {
+void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps, bool episodes) {
   // num_threads threads step envs at once: the workers, or the caller and one worker fewer.
   const int helpers = static_cast<int>(workers_.size()) - (caller_helps ? 1 : 0);
   const double est = n * cost_ns_.load(std::memory_order_relaxed);
-  if (helpers <= 0 || est < (caller_helps ? kInlineNs : kAsyncInlineNs)) {
+  if (helpers <= 0 || (!episodes && est < (caller_helps ? kInlineNs : kAsyncInlineNs))) {
     Execute(ids, n);
     return;
   }
   const int slots = helpers + 1;  // the caller helps too: now (sync) or while it waits in recv
-  const int chunks = std::min(n, std::max(slots, std::min(4 * slots, static_cast<int>(est / kChunkNs))));
+  const int chunks =
+      episodes ? n : std::min(n, std::max(slots, std::min(4 * slots, static_cast<int>(est / kChunkNs))));
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -340,9 +369,12 @@ void Engine::Execute(const int32_t* ids, int n) {
   } catch (const std::exception& e) {
     err = e.what();
   }
-  const double dt = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-  const double old = cost_ns_.load(std::memory_order_relaxed);
-  cost_ns_.store(0.8 * old + 0.2 * dt / n, std::memory_order_relaxed);
+  if (op_[ids[0]] != kRollout) {  // a rollout chunk is whole episodes, not one step per env
+    const double dt =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    const double old = cost_ns_.load(std::memory_order_relaxed);
+    cost_ns_.store(0.8 * old + 0.2 * dt / n, std::memory_order_relaxed);
+  }
   bool wake;
   {
     std::lock_guard<std::mutex> lock(done_mu_);

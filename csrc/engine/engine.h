@@ -8,6 +8,7 @@
 // thread hand-off would cost more than the work), expensive ones are spread over the workers.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -32,6 +33,19 @@ struct EngineOptions {
   Autoreset autoreset = Autoreset::kNextStep;
   int64_t max_episode_steps = 0;      // 0: none
   uint64_t seed = 0;
+};
+
+// A policy that Engine::Rollout evaluates in C++, one parameter vector per env:
+//   hidden == 0:  out = W o + b                      (W: [out, obs], then b: [out])
+//   hidden  > 0:  out = W2 tanh(W1 o + b1) + b2      (W1: [hidden, obs], b1, W2: [out, hidden], b2)
+// in float64, on o normalized as (o - obs_mean) / obs_std when those are given. A Box action is out
+// clipped to the action bounds; a Discrete action is argmax(out) (out has n elements).
+struct RolloutPolicy {
+  const float* weights = nullptr;    // [num_envs, PolicyParams(hidden)]
+  int hidden = 0;
+  const double* obs_mean = nullptr;  // [obs size] or null
+  const double* obs_std = nullptr;   // [obs size] or null
+  int64_t max_steps = 0;             // episode cap; 0: the pool's time limit
 };
 
 // A raw byte buffer with the dtype and shape it is exposed as.
@@ -73,6 +87,14 @@ class Engine {
   // Async: wait for the first batch_size envs to finish and gather them into batch().
   void Recv();
   void Close();
+  // Closed loop: every env runs one whole episode (from a fresh reset) with its own policy
+  // parameters, on all threads; results in rollout_returns() and rollout_lengths(). Afterwards
+  // each env needs a reset, which its next step does (as after an episode end).
+  void Rollout(const RolloutPolicy& policy, const std::vector<uint64_t>& seeds);
+  // Parameters of one rollout policy with `hidden` tanh units (0: linear).
+  int64_t PolicyParams(int hidden) const;
+  const std::vector<double>& rollout_returns() const { return rollout_return_; }
+  const std::vector<int64_t>& rollout_lengths() const { return rollout_length_; }
 
   ResultBuffers& per_env() { return per_env_; }
   ResultBuffers& batch() { return batch_; }
@@ -87,7 +109,7 @@ class Engine {
   virtual void SetState(int env_id, const std::vector<double>& state) = 0;
 
  protected:
-  enum Op : uint8_t { kStep = 0, kReset = 1 };
+  enum Op : uint8_t { kStep = 0, kReset = 1, kRollout = 2 };
   // Run one chunk of envs (each doing op_[id]) and write their per-env rows.
   virtual void RunChunk(const int32_t* ids, int n) = 0;
 
@@ -101,13 +123,18 @@ class Engine {
   std::vector<uint64_t> seed_, episode_;
   std::vector<int64_t> elapsed_;
   std::vector<uint8_t> op_, needs_reset_;
+  RolloutPolicy rollout_;  // set by Rollout for its duration
+  size_t policy_out_;      // policy outputs: action elements, or n for Discrete
+  std::vector<double> rollout_return_;
+  std::vector<int64_t> rollout_length_;
 
  private:
   void CheckUsable();
   void ValidateIds(const int32_t* ids, int n);
   void ValidateActions(const void* actions, const int32_t* ids, int n) const;
   void ApplySeeds(const std::vector<uint64_t>& seeds);
-  void Dispatch(const int32_t* ids, int n, bool caller_helps);
+  // `episodes`: each env is a whole rollout, one env per chunk, always spread over the threads.
+  void Dispatch(const int32_t* ids, int n, bool caller_helps, bool episodes = false);
   void Execute(const int32_t* ids, int n);
   int PopChunkLocked(int32_t* out);
   bool HelpOnce();  // the calling thread steps one pending chunk; false if none was pending  // with mu_ held; returns the chunk's size
@@ -198,6 +225,10 @@ class EngineT final : public Engine {
       Obs* o = obs + i * obs_size_;
       double* inf = info + i * info_size_;
       fin[i] = 0;
+      if (op_[i] == kRollout) {
+        RunEpisode(i, o, inf);
+        continue;
+      }
       if (op_[i] == kReset || needs_reset_[i]) {
         DoReset(i, o, inf);
         reward[i] = 0.0;
@@ -232,6 +263,71 @@ class EngineT final : public Engine {
     needs_reset_[i] = 0;
     if (info_size_) std::memset(inf, 0, info_size_ * sizeof(double));
     envs_[i].Reset(rng_[i], o, inf);
+  }
+
+  void RunEpisode(int i, Obs* o, double* inf) {
+    const RolloutPolicy& p = rollout_;
+    const float* w = p.weights + i * PolicyParams(p.hidden);
+    std::vector<double> x(obs_size_), h(p.hidden), out(policy_out_);
+    std::vector<Act> act(act_size_);
+    const int64_t limit = p.max_steps > 0 ? p.max_steps : opt_.max_episode_steps;
+    double ret = 0.0;
+    int64_t len = 0;
+    DoReset(i, o, inf);
+    while (len < limit) {
+      if (!Policy(w, o, x.data(), h.data(), out.data(), act.data())) {
+        ret = std::numeric_limits<double>::quiet_NaN();  // NaN policy output: no valid action
+        break;
+      }
+      if (info_size_) std::memset(inf, 0, info_size_ * sizeof(double));
+      const StepResult r = envs_[i].Step(act.data(), rng_[i], o, inf);
+      ++len;
+      ret += r.reward;
+      if (r.terminated) break;
+    }
+    elapsed_[i] = len;
+    needs_reset_[i] = 1;
+    rollout_return_[i] = ret;
+    rollout_length_[i] = len;
+  }
+
+  // The action of the policy with parameters w for observation o; false if an output is NaN.
+  bool Policy(const float* w, const Obs* o, double* x, double* h, double* out, Act* act) const {
+    const RolloutPolicy& p = rollout_;
+    const size_t no = obs_size_, nh = static_cast<size_t>(p.hidden), na = policy_out_;
+    for (size_t j = 0; j < no; ++j) {
+      x[j] = static_cast<double>(o[j]);
+      if (p.obs_mean) x[j] = (x[j] - p.obs_mean[j]) / p.obs_std[j];
+    }
+    const double* in = x;
+    size_t nin = no;
+    if (nh) {
+      for (size_t k = 0; k < nh; ++k) {
+        double s = 0.0;
+        for (size_t j = 0; j < no; ++j) s += static_cast<double>(w[k * no + j]) * x[j];
+        h[k] = std::tanh(s + static_cast<double>(w[nh * no + k]));
+      }
+      w += nh * no + nh;
+      in = h;
+      nin = nh;
+    }
+    for (size_t a = 0; a < na; ++a) {
+      double s = 0.0;
+      for (size_t j = 0; j < nin; ++j) s += static_cast<double>(w[a * nin + j]) * in[j];
+      out[a] = s + static_cast<double>(w[na * nin + a]);
+      if (std::isnan(out[a])) return false;
+    }
+    if constexpr (std::is_integral_v<Act>) {
+      size_t best = 0;
+      for (size_t a = 1; a < na; ++a)
+        if (out[a] > out[best]) best = a;
+      act[0] = static_cast<Act>(best);
+    } else {
+      const Space& s = spec_.action;
+      for (size_t a = 0; a < na; ++a)
+        act[a] = static_cast<Act>(std::min(std::max(out[a], s.low[a]), s.high[a]));
+    }
+    return true;
   }
 
   std::vector<E> envs_;

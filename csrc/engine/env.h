@@ -92,7 +92,8 @@ struct Space {
   }
 };
 
-using Value = std::variant<bool, int64_t, double, std::string>;
+// An option value; a vector is a fixed-length tuple of floats (e.g. a (min, max) range).
+using Value = std::variant<bool, int64_t, double, std::string, std::vector<double>>;
 
 // One constructor option of an env: name, default (which fixes its type) and a one-line doc.
 struct OptionDecl {
@@ -114,6 +115,9 @@ class Config {
   int64_t Int(const std::string& k) const { return std::get<int64_t>(Get(k)); }
   bool Bool(const std::string& k) const { return std::get<bool>(Get(k)); }
   const std::string& Str(const std::string& k) const { return std::get<std::string>(Get(k)); }
+  const std::vector<double>& Floats(const std::string& k) const {
+    return std::get<std::vector<double>>(Get(k));
+  }
   const std::map<std::string, Value>& values() const { return values_; }
 
  private:

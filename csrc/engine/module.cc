@@ -1,8 +1,10 @@
-// Python bindings of the engine (module onebox._engine). The Python layer (onebox.envs.native) does
+// Python bindings of the engine: module onebox._engine, or, compiled again with the MuJoCo envs,
+// onebox._mujoco (ONEBOX_MODULE_NAME). The Python layer (onebox.envs.native) does
 // argument checking with friendly messages; this layer checks again what would be unsafe.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -108,10 +110,44 @@ std::unique_ptr<Engine> Make(const std::string& id, const std::map<std::string, 
   return entry.make(cfg, spec, opt);
 }
 
+using Weights = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using Vector = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+nb::tuple Rollout(Engine& e, const Weights& w, int hidden, const std::optional<Vector>& mean,
+                  const std::optional<Vector>& std, int64_t max_steps,
+                  const std::vector<uint64_t>& seeds) {
+  if (hidden < 0) throw std::invalid_argument("hidden must be >= 0");
+  const size_t n = static_cast<size_t>(e.options().num_envs);
+  const size_t params = static_cast<size_t>(e.PolicyParams(hidden));
+  if (w.shape(0) != n || w.shape(1) != params)
+    throw std::invalid_argument("weights must have shape (" + std::to_string(n) + ", " +
+                                std::to_string(params) + ")");
+  const size_t obs = static_cast<size_t>(e.spec().observation.Size());
+  for (const auto* v : {&mean, &std})
+    if (v->has_value() && (*v)->shape(0) != obs)
+      throw std::invalid_argument("obs_mean and obs_std must have shape (" + std::to_string(obs) +
+                                  ",)");
+  RolloutPolicy p;
+  p.weights = w.data();
+  p.hidden = hidden;
+  p.obs_mean = mean ? mean->data() : nullptr;
+  p.obs_std = std ? std->data() : nullptr;
+  p.max_steps = max_steps;
+  {
+    nb::gil_scoped_release release;
+    e.Rollout(p, seeds);
+  }
+  return nb::make_tuple(e.rollout_returns(), e.rollout_lengths());
+}
+
 }  // namespace
 }  // namespace onebox
 
-NB_MODULE(_engine, m) {
+#ifndef ONEBOX_MODULE_NAME
+#define ONEBOX_MODULE_NAME _engine
+#endif
+
+NB_MODULE(ONEBOX_MODULE_NAME, m) {
   using namespace onebox;
   m.doc() = "onebox native environment engine";
 
@@ -162,6 +198,9 @@ NB_MODULE(_engine, m) {
       .def_prop_ro("closed", &Engine::closed)
       .def_prop_ro("pending", &Engine::pending)
       .def_prop_ro("step_cost_ns", &Engine::step_cost_ns)
+      .def("rollout", &Rollout, "weights"_a, "hidden"_a, "obs_mean"_a.none(), "obs_std"_a.none(),
+           "max_steps"_a, "seeds"_a)
+      .def("policy_params", &Engine::PolicyParams, "hidden"_a)
       .def("get_state", &Engine::GetState, "env_id"_a)
       .def("set_state", &Engine::SetState, "env_id"_a, "state"_a);
 }

@@ -38,7 +38,8 @@ def measure(
     seconds: float,
     warmup: float = 0.5,
 ) -> Timing:
-    """Time a loop: `run(k)` makes `k` calls of the loop body, each doing `steps_per_call` steps.
+    """Time a loop: `run(k)` makes `k` calls of the loop body, each doing `steps_per_call` steps
+    (or, if `run` returns an int, that many steps in all: loops whose calls vary in length).
 
     The body runs for `warmup` seconds first (not counted), then for about `seconds`. Calls are
     made in chunks long enough (~10 ms, or 1/20 of the budget if less) that reading the clock
@@ -55,14 +56,14 @@ def measure(
             chunk = max(chunk * 2, int(chunk * target / max(dt, 1e-9) / 2))
         if time.perf_counter() - start >= warmup:
             break
-    calls = 0
+    steps = 0
     t0 = time.perf_counter()
     while True:
-        run(chunk)
-        calls += chunk
+        done = run(chunk)
+        steps += done if isinstance(done, int) else chunk * steps_per_call
         elapsed = time.perf_counter() - t0
         if elapsed >= seconds:
-            return Timing(calls * steps_per_call, elapsed)
+            return Timing(steps, elapsed)
 
 
 # ---- formatting --------------------------------------------------------------------------------

@@ -137,6 +137,56 @@ def onebox_async(task: Task) -> Loop:
     return _async_loop(_onebox(task, batch), task, batch)
 
 
+# ---- closed loop: a linear policy, one parameter vector per env (as in ES / random search) ------
+
+
+def _linear_weights(pool: Any, task: Task) -> Any:
+    import numpy as np
+
+    rng = np.random.default_rng(task.seed)
+    size = (task.num_envs, pool.policy_size(0))
+    return (0.1 * rng.standard_normal(size)).astype(np.float32)
+
+
+def onebox_rollout(task: Task) -> Loop:
+    """`rollout(weights)`: whole episodes with the policy evaluated in C++."""
+    pool = _onebox(task, None)
+    if not hasattr(pool.single_action_space, "low"):
+        raise Unavailable("n/a: linear Box policy only")
+    weights = _linear_weights(pool, task)
+    rollout = pool.rollout
+
+    def run(k: int) -> int:
+        return sum(int(rollout(weights)[1].sum()) for _ in range(k))
+
+    return Loop(run, task.num_envs, pool.close)
+
+
+def onebox_python_policy(task: Task) -> Loop:
+    """The same policy in NumPy, stepping the pool from Python and summing the returns."""
+    import numpy as np
+
+    pool = _onebox(task, None)
+    if not hasattr(pool.single_action_space, "low"):
+        raise Unavailable("n/a: linear Box policy only")
+    n_obs = pool.single_observation_space.shape[0]
+    weights = _linear_weights(pool, task).astype(np.float64)
+    w = weights[:, : -pool.single_action_space.shape[0]].reshape(task.num_envs, -1, n_obs)
+    b = weights[:, -pool.single_action_space.shape[0] :]
+    low, high = pool.single_action_space.low, pool.single_action_space.high
+    obs = pool.reset(seed=task.seed)[0]
+    returns = np.zeros(task.num_envs)
+
+    def run(k: int) -> None:
+        nonlocal obs
+        for _ in range(k):
+            act = np.clip(np.matmul(w, obs[:, :, None])[:, :, 0] + b, low, high)
+            obs, rew = pool.step(act.astype(np.float32))[:2]
+            returns[:] += rew
+
+    return Loop(run, task.num_envs, pool.close)
+
+
 # ---- Gymnasium ---------------------------------------------------------------------------------
 
 
@@ -221,6 +271,8 @@ PEERS: tuple[Peer, ...] = (
     Peer("envpool-async", "envpool", "EnvPool async", envpool_async),
     Peer("ale-sync", "ale", "ALE AtariVectorEnv sync", atari_peers.ale_sync),
     Peer("ale-async", "ale", "ALE AtariVectorEnv async", atari_peers.ale_async),
+    Peer("policy-python", "policy", "onebox sync + NumPy linear policy", onebox_python_policy),
+    Peer("policy-rollout", "policy", "onebox rollout, linear policy in C++", onebox_rollout),
 )
 """Every backend, in table order."""
 
@@ -251,7 +303,9 @@ class EnvBenchConfig:
     warmup: float = 0.5
     """Warm-up before each measurement, in seconds (not counted)."""
     peers: tuple[PeerName, ...] = _FAMILIES  # type: ignore[valid-type]
-    """Backends to run, by name, or by family (onebox, process, gymnasium, envpool, ale) for all of its own."""
+    """Backends to run, by name, or by family (onebox, process, gymnasium, envpool, ale, policy)
+    for all of its own. The policy family runs a linear policy closed-loop: from Python, and with
+    `rollout`."""
     seed: int = 0
     """Seed of the envs and of the random actions."""
     output: Path | None = None
@@ -321,7 +375,7 @@ def run(config: EnvBenchConfig) -> int:
             log.print(f"[dim]{peer.label:<28} {n:>6} envs  {speed}[/dim]", highlight=False)
             results.append(result)
 
-    machine = common.machine_info(("numpy", "gymnasium", "envpool", "ale-py"))
+    machine = common.machine_info(("numpy", "gymnasium", "envpool", "ale-py", "mujoco"))
     header, rows = table_rows(results)
     title = f"{config.env}: env steps/s, {_threads(threads)}, {config.seconds:g} s per measurement"
     console.print(_rich_table(title, header, rows))

@@ -1,8 +1,16 @@
-"""Env pools backed by the C++ engine (`onebox._engine`): classic control and, later, MuJoCo."""
+"""Env pools backed by the C++ engine: `onebox._engine` (classic control) and, when the `mujoco`
+package is installed (`pip install "onebox[mujoco]"`), `onebox._mujoco` (MuJoCo locomotion)."""
 
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib
+import importlib.util
+import os
+import warnings
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -22,14 +30,68 @@ from onebox.envs.base import (
 )
 
 
+@functools.cache
+def _mujoco_module() -> ModuleType | None:
+    """`onebox._mujoco`, or None (with a warning if `mujoco` is installed but it cannot load)."""
+    if importlib.util.find_spec("mujoco") is None:
+        return None
+    try:
+        return importlib.import_module("onebox._mujoco")
+    except ImportError:
+        pass
+    try:  # libmujoco is not next to onebox in site-packages: let the mujoco package load it
+        importlib.import_module("mujoco")
+        return importlib.import_module("onebox._mujoco")
+    except ImportError as e:
+        warnings.warn(
+            f"the MuJoCo envs are unavailable ({e}). onebox's MuJoCo module must be built against "
+            'the installed mujoco version: reinstall with `pip install "onebox[mujoco]"`.',
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+
+
+@functools.cache
+def _module_table() -> dict[str, ModuleType]:
+    table = {env_id: _engine for env_id in _engine.list_envs()}
+    mujoco = _mujoco_module()
+    if mujoco is not None:
+        table.update({env_id: mujoco for env_id in mujoco.list_envs()})
+    return table
+
+
+def _module_of(env_id: str) -> ModuleType:
+    return _module_table()[env_id]
+
+
 def native_ids() -> list[str]:
-    """Ids of the envs implemented in C++."""
-    return list(_engine.list_envs())
+    """Ids of the envs implemented in C++ (the MuJoCo ones only if `mujoco` is installed)."""
+    return sorted(_module_table())
 
 
 def native_options(env_id: str) -> dict[str, tuple[Any, str]]:
     """Constructor options of a native env: name -> (default, doc)."""
-    return {name: (default, doc) for name, default, doc in _engine.env_options(env_id)}
+    return {
+        name: (tuple(default) if isinstance(default, list) else default, doc)
+        for name, default, doc in _module_of(env_id).env_options(env_id)
+    }
+
+
+def mujoco_model_path(xml_file: str) -> str:
+    """The model file an `xml_file` option names, as Gymnasium's MujocoEnv finds it: a path if it
+    starts with "/", "." or "~", else a file in Gymnasium's `envs/mujoco/assets` folder."""
+    if xml_file.startswith(("/", ".")):
+        path = xml_file
+    elif xml_file.startswith("~"):
+        path = os.path.expanduser(xml_file)
+    else:
+        import gymnasium
+
+        path = str(Path(gymnasium.__file__).parent / "envs" / "mujoco" / "assets" / xml_file)
+    if not os.path.isfile(path):
+        raise ValueError(f"xml_file {xml_file!r}: the MuJoCo model {path} does not exist")
+    return path
 
 
 def resolve_options(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -54,6 +116,22 @@ def resolve_options(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
                 value, bool
             )
             value = float(value) if ok else value
+        elif isinstance(default, tuple):
+            ok = (
+                isinstance(value, tuple | list | np.ndarray)
+                and len(value) == len(default)
+                and all(
+                    isinstance(v, int | float | np.integer | np.floating)
+                    and not isinstance(v, bool)
+                    for v in value
+                )
+            )
+            value = tuple(float(v) for v in value) if ok else value
+            if not ok:
+                raise TypeError(
+                    f"{env_id} option {name!r} takes a tuple of {len(default)} numbers, "
+                    f"got {value!r}"
+                )
         else:
             ok = isinstance(value, str)
         if not ok:
@@ -138,7 +216,11 @@ class NativeEnvPool(EnvPool):
                 f"got {thread_affinity_offset!r}"
             )
         config = resolve_options(env_id, env_kwargs)
-        spec = _engine.env_spec(env_id, config)
+        module = _module_of(env_id)
+        engine_config = dict(config)
+        if "xml_file" in config:
+            engine_config["xml_file"] = mujoco_model_path(config["xml_file"])
+        spec = module.env_spec(env_id, engine_config)
         if max_episode_steps is None:
             max_episode_steps = spec["max_episode_steps"]
         elif not isinstance(max_episode_steps, int | np.integer) or max_episode_steps < 0:
@@ -146,9 +228,9 @@ class NativeEnvPool(EnvPool):
                 f"max_episode_steps must be a non-negative integer, got {max_episode_steps!r}"
             )
 
-        self._engine = _engine.Engine(
+        self._engine = module.Engine(
             env_id,
-            config,
+            engine_config,
             num_envs,
             batch_size,
             min(num_threads, num_envs),
@@ -278,6 +360,91 @@ class NativeEnvPool(EnvPool):
             self._renderer.state = np.asarray(self._engine.get_state(i), dtype=np.float64)
             frames.append(self._renderer.render())
         return tuple(frames)
+
+    # ---- closed-loop rollouts ------------------------------------------------------------------
+
+    def policy_size(self, hidden: int = 0) -> int:
+        """Parameters of one `rollout` policy: linear (`hidden=0`) or one tanh layer of `hidden`."""
+        if not isinstance(hidden, int | np.integer) or isinstance(hidden, bool) or hidden < 0:
+            raise ValueError(f"hidden must be a non-negative integer, got {hidden!r}")
+        return int(self._engine.policy_params(int(hidden)))
+
+    def rollout(
+        self,
+        weights: Any,
+        *,
+        hidden: int = 0,
+        obs_mean: Any = None,
+        obs_std: Any = None,
+        seed: SeedLike = None,
+        max_steps: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Run one whole episode in every env with a policy evaluated in C++; no Python per step.
+
+        Env i resets (a new episode of its seed stream, or of `seed` as in `reset`) and steps until
+        it terminates or reaches the time limit (`max_steps`, default the pool's), with the action
+        of policy parameters `weights[i]`, computed in float64 on `o' = (o - obs_mean) / obs_std`
+        (or `o` itself when no statistics are given):
+
+        - `hidden=0`: `out = W o' + b`; `weights[i]` is W (`[out, obs]`, row-major), then b.
+        - `hidden=h`: `out = W2 tanh(W1 o' + b1) + b2`; `weights[i]` is W1 (`[h, obs]`), b1, W2
+          (`[out, h]`), b2.
+
+        A Box action is `out` clipped to the action bounds (out has the action's size); a Discrete
+        action is `argmax(out)` (out has n elements). `policy_size(hidden)` is the row length.
+        The envs run on the pool's threads, one episode per task.
+
+        Args:
+            weights: float32-convertible array `[num_envs, policy_size(hidden)]`, finite.
+            hidden: tanh units of the hidden layer; 0 for a linear policy.
+            obs_mean, obs_std: observation statistics (`[obs size]`, std > 0), or both None.
+            seed: reseed the envs first (int: env i gets seed + i); None continues their streams.
+            max_steps: episode cap; default the pool's `max_episode_steps` (required if it has none).
+
+        Returns:
+            (returns, lengths): float64 episode returns (NaN if the policy output was NaN) and
+            int64 episode lengths, one per env. Afterwards every env needs a reset, which the next
+            `step` does by itself (as after an episode end); `reset()` also works.
+        """
+        size = self.policy_size(hidden)
+        w = np.asarray(weights)
+        if w.dtype.kind not in "fiu":
+            raise TypeError(f"weights must be numbers, got dtype {w.dtype}")
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        if w.shape != (self.num_envs, size):
+            raise ValueError(
+                f"weights must have shape (num_envs, policy_size(hidden={hidden})) = "
+                f"({self.num_envs}, {size}), got {w.shape}"
+            )
+        if not np.isfinite(w).all():
+            raise ValueError("weights contain NaN or infinite values")
+        if (obs_mean is None) != (obs_std is None):
+            raise ValueError("pass obs_mean and obs_std together, or neither")
+        stats: list[np.ndarray | None] = [None, None]
+        if obs_mean is not None:
+            n = self.single_observation_space.shape
+            for k, (name, v) in enumerate((("obs_mean", obs_mean), ("obs_std", obs_std))):
+                a = np.ascontiguousarray(v, dtype=np.float64)
+                if a.shape != n:
+                    raise ValueError(f"{name} must have shape {n}, got {a.shape}")
+                if not np.isfinite(a).all():
+                    raise ValueError(f"{name} contains NaN or infinite values")
+                stats[k] = a.reshape(-1)
+            assert stats[1] is not None
+            if (stats[1] <= 0).any():
+                raise ValueError("obs_std must be positive")
+        if max_steps is None:
+            cap = 0
+            if not self.spec or not self.spec.max_episode_steps:
+                raise ValueError("this pool has no time limit: pass max_steps to cap the episodes")
+        elif not isinstance(max_steps, int | np.integer) or max_steps <= 0:
+            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        else:
+            cap = int(max_steps)
+        returns, lengths = self._engine.rollout(
+            w, int(hidden), stats[0], stats[1], cap, expand_seeds(seed, self.num_envs)
+        )
+        return np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64)
 
     # ---- helpers ------------------------------------------------------------------------------
 
