@@ -28,6 +28,7 @@ real episodes only. The episode cap is the env's time limit (`max_episode_steps`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,10 @@ import torch
 import onebox.envs
 from onebox.nn.population import Arch, PopulationNet, Precision
 from onebox.run import TimeSplit
+
+ParamSource = torch.Tensor | Callable[[np.ndarray], torch.Tensor]
+"""Individuals' flat parameters: an (N, num_params) tensor, or a function from individual indices
+to their (n, num_params) rows (so a large population need not be held in memory at once)."""
 
 
 @dataclass
@@ -204,7 +209,7 @@ class PopulationEvaluator:
 
     def evaluate(
         self,
-        params: torch.Tensor,
+        params: ParamSource,
         episodes: int | np.ndarray,
         seed: int,
         *,
@@ -214,18 +219,31 @@ class PopulationEvaluator:
         """Play `episodes` (an int or one per individual) episodes of each row of `params`.
 
         Args:
-            params: (N, num_params) flat parameter vectors, one per individual.
+            params: (N, num_params) flat parameter vectors, one per individual, or a function
+                from individual indices to their rows (then `episodes` must be an array of N).
             episodes: episodes per individual.
             seed: pair j (individual-major) plays in an env reset with seed `seed + j`.
             obs_norm: (mean, std) to normalize observations with, or None.
             obs_stats: also return sums over the observations fed to the networks.
         """
-        params = torch.as_tensor(params)
-        if params.ndim != 2 or params.shape[1] != self.num_params:
-            raise ValueError(
-                f"params must have shape (N, {self.num_params}), got {tuple(params.shape)}"
-            )
-        n = params.shape[0]
+        if callable(params):
+            if np.ndim(episodes) != 1:
+                raise ValueError(
+                    "with a parameter function, episodes must be one count per individual"
+                )
+            n = len(episodes)
+            source = params
+        else:
+            table = torch.as_tensor(params)
+            if table.ndim != 2 or table.shape[1] != self.num_params:
+                raise ValueError(
+                    f"params must have shape (N, {self.num_params}), got {tuple(table.shape)}"
+                )
+            n = table.shape[0]
+
+            def source(idx: np.ndarray) -> torch.Tensor:
+                return table[torch.from_numpy(idx)]
+
         eps = np.broadcast_to(np.asarray(episodes), (n,))
         if eps.dtype.kind not in "iu" or (eps < 0).any():
             raise ValueError("episodes must be non-negative integers")
@@ -234,7 +252,7 @@ class PopulationEvaluator:
         owner = np.repeat(np.arange(n, dtype=np.int64), eps)
         num_pairs = owner.size
         self.net.set_obs_norm(*(obs_norm or (None, None)))
-        self._params, self._owner, self._seed = params, owner, int(seed)
+        self._params, self._owner, self._seed = source, owner, int(seed)
         self._returns = np.zeros(num_pairs, dtype=np.float64)
         self._lengths = np.zeros(num_pairs, dtype=np.int64)
         self._sums = None
@@ -324,7 +342,7 @@ class PopulationEvaluator:
             g.ret[new] = 0.0
             g.len[new] = 0
             with self.timing("inference"):
-                self.net.set_slots(torch.from_numpy(new + g.lo), self._params[self._owner[pairs]])
+                self.net.set_slots(torch.from_numpy(new + g.lo), self._params(self._owner[pairs]))
         holes = free[take:]
         if holes.size == 0:
             return
