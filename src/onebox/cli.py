@@ -61,6 +61,31 @@ COMMANDS: dict[str, Command | Group] = {
                 config="onebox.bench.envs:EnvBenchConfig",
                 run="onebox.bench.envs:run",
             ),
+            "evolve": Command(
+                "Population-evaluation frames/s against env-only and one-at-a-time evaluation.",
+                config="onebox.bench.evolve:EvolveBenchConfig",
+                run="onebox.bench.evolve:run",
+            ),
+        },
+    ),
+    "evolve": Group(
+        "Neuroevolution: ga, es, rs.",
+        {
+            "ga": Command(
+                "Deep GA (Uber): truncation selection, elitism, Gaussian mutation.",
+                config="onebox.evo.run:GAConfig",
+                run="onebox.evo.run:run",
+            ),
+            "es": Command(
+                "OpenAI ES: antithetic pairs, centered ranks, Adam.",
+                config="onebox.evo.run:ESConfig",
+                run="onebox.evo.run:run",
+            ),
+            "rs": Command(
+                "Random search: fresh random networks or ARS.",
+                config="onebox.evo.run:RSConfig",
+                run="onebox.evo.run:run",
+            ),
         },
     ),
 }
