@@ -193,6 +193,11 @@ class PopulationEvaluator:
             self._groups.append(_Group(pool, lo, size, self.net.obs_shape))
             lo += size
 
+    @property
+    def pools(self) -> list[Any]:
+        """The engine pools of the slot groups (made by the first `evaluate`)."""
+        return [g.pool for g in self._groups]
+
     def close(self) -> None:
         """Close the env pools."""
         for g in self._groups:

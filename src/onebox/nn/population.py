@@ -133,6 +133,7 @@ class PopulationNet:
             torch.zeros((num_slots, *lay.bias), device=self.device, dtype=self.dtype)
             for lay in self.layers
         ]
+        self._bias3 = [b.unsqueeze(1) for b in self.biases]  # (slots, 1, out) views for baddbmm
         self._tensors = [t for pair in zip(self.weights, self.biases, strict=True) for t in pair]
         self._sizes = [math.prod(t.shape[1:]) for t in self._tensors]
         self.obs_mean: torch.Tensor | None = None
@@ -187,11 +188,11 @@ class PopulationNet:
 
     # ---- forward ------------------------------------------------------------------------------
 
-    @torch.no_grad()
     def forward(self, obs: torch.Tensor | np.ndarray, slots: Slots) -> torch.Tensor:
         """Outputs (n, out) of slot `slots[k]`'s network on `obs[k]`; `slots` a slice or indices.
 
         A slice of slots reads the stacked parameters in place; an index tensor gathers them.
+        (No autograd: the parameters never require gradients.)
         """
         x = torch.as_tensor(obs, device=self.device)
         n = x.shape[0]
@@ -212,8 +213,15 @@ class PopulationNet:
             x = x.to(self.dtype)
         last = len(self.layers) - 1
         for k, lay in enumerate(self.layers):
-            w, b = self.weights[k][slots], self.biases[k][slots]
-            if lay.kind == "conv":
+            w = self.weights[k][slots]
+            if lay.kind == "dense":
+                if x.ndim != 3:
+                    x = x.reshape(n, 1, -1)
+                x = torch.baddbmm(self._bias3[k][slots], x, w)
+                if k < last:
+                    x = torch.relu_(x) if self.arch == "cnn" else torch.tanh_(x)
+            else:
+                b = self.biases[k][slots]
                 c = x.shape[1]
                 y = F.conv2d(
                     x.reshape(1, n * c, *x.shape[2:]),
@@ -223,11 +231,7 @@ class PopulationNet:
                     groups=n,
                 )
                 x = torch.relu_(y.reshape(n, -1, *y.shape[2:]))
-                continue
-            x = torch.baddbmm(b.unsqueeze(1), x.reshape(n, 1, -1), w).squeeze(1)
-            if k < last:
-                x = torch.relu_(x) if self.arch == "cnn" else torch.tanh_(x)
-        return x.float()
+        return x.reshape(n, -1).float()
 
     def act(self, obs: torch.Tensor | np.ndarray, slots: Slots) -> np.ndarray:
         """Actions (numpy) of slot `slots[k]`'s network on `obs[k]`."""
