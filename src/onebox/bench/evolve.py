@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Literal
@@ -50,8 +51,9 @@ class EvolveBenchConfig:
     """Write the results into this markdown file (e.g. docs/benchmarks.md)."""
 
 
-def population_rate(config: EvolveBenchConfig, num_slots: int) -> tuple[float, float, float]:
-    """(population frames/s, env-only frames/s with the same pools, inference time fraction)."""
+def population_rate(config: EvolveBenchConfig, num_slots: int) -> tuple[float, float, float, int]:
+    """(population frames/s, env-only frames/s with the same pools, inference time fraction,
+    parameters per network)."""
     with PopulationEvaluator(
         config.env,
         arch=config.arch,
@@ -80,7 +82,7 @@ def population_rate(config: EvolveBenchConfig, num_slots: int) -> tuple[float, f
         split = ev.timing.fractions()
         pop = frames / elapsed
         env_only = _env_only(ev, config.seconds) * ev.frames_per_step
-    return pop, env_only, split.get("inference", 0.0)
+    return pop, env_only, split.get("inference", 0.0), ev.num_params
 
 
 def _env_only(ev: PopulationEvaluator, seconds: float) -> float:
@@ -149,6 +151,7 @@ def run(config: EvolveBenchConfig) -> int:
     """Run the benchmark, print the table, write the markdown section if asked."""
     torch.set_num_threads(config.torch_threads)
     console = common.console()
+    load = os.getloadavg()[0]
     single = one_at_a_time_rate(config)
     header = [
         "K slots",
@@ -159,8 +162,9 @@ def run(config: EvolveBenchConfig) -> int:
         "inference share",
     ]
     rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-"]]
+    macs = 0
     for k in config.num_slots:
-        pop, env_only, infer = population_rate(config, k)
+        pop, env_only, infer, macs = population_rate(config, k)
         rows.append(
             [
                 str(k),
@@ -191,6 +195,14 @@ def run(config: EvolveBenchConfig) -> int:
             f"### Neuroevolution: population evaluation, {config.env}",
             "",
             title + ".",
+            "",
+            "Population: every env step runs its own individual's network "
+            f"({macs:,} parameters, so about as many multiply-adds per step); env only: the same "
+            "pools stepped with random actions, no network; one at a time: one env and one "
+            "network, individual after individual. Inference share: the population run's time "
+            "in the networks (including parameter copies into slots).",
+            "",
+            f"1-minute load average when the run began: {load:.1f} (the machine is shared).",
             "",
             common.markdown_table(header, rows, [False, True, True, True, True, True]),
             "",

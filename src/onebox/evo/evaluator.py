@@ -183,12 +183,16 @@ class PopulationEvaluator:
         )
 
     def _ensure_pools(self, num_pairs: int) -> None:
-        if self._groups:
-            return
-        lo = 0
+        """Make (or grow, up to `max_envs`) the pools so one round holds `num_pairs` pairs."""
+        envs = []
         for size in self.sizes:
-            want = min(max(math.ceil(num_pairs / 2), size), self.max_envs // 2)
-            num_envs = size * max(1, math.ceil(want / size))
+            want = min(max(math.ceil(num_pairs / len(self.sizes)), size), self.max_envs // 2)
+            envs.append(size * max(1, math.ceil(want / size)))
+        if self._groups and all(g.num_envs >= n for g, n in zip(self._groups, envs, strict=True)):
+            return
+        self.close()
+        lo = 0
+        for size, num_envs in zip(self.sizes, envs, strict=True):
             pool = self._make(num_envs, size, min(self.num_threads, num_envs))
             self._groups.append(_Group(pool, lo, size, self.net.obs_shape))
             lo += size
