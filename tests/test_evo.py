@@ -193,6 +193,19 @@ def test_ga_genome_rebuilt_from_seeds_is_bit_identical() -> None:
     assert restored.genomes == ga.genomes
 
 
+def test_ga_without_elite_reevaluation_takes_the_top_individual() -> None:
+    with PopulationEvaluator("CartPole-v1", num_slots=8, num_threads=1) as ev:
+        params = GAParams(population=8, truncation=2, sigma=0.05, elite_candidates=0)
+        ga = GA(ev.num_params, ev.net.init_params, params, seed=0)
+        ask = ga.ask()
+        result = ev.evaluate(ask.params, ask.episodes, ask.seed)
+        first = list(ga.genomes)
+        gen = ga.tell(result)
+    assert gen is not None and gen.score == result.fitness().max()
+    assert ga.elite == first[int(np.argmax(result.fitness()))] == ga.genomes[0]
+    assert all(len(g) == 2 and g[:1] in ga.parents for g in ga.genomes[1:])
+
+
 def _metric(run_dir: Path, tag: str) -> list[float]:
     with open(run_dir / "metrics.csv") as f:
         return [float(r["value"]) for r in csv.DictReader(f) if r["tag"] == tag]
@@ -307,6 +320,9 @@ def test_cli_evolve_rs_random(tmp_path: Path) -> None:
     )  # fmt: skip
     assert code == 0
     assert len(_metric(tmp_path / "rs", "fitness/best")) == 2
+    run(RSConfig(mode="random", population=8, frame_budget=1, **_common(tmp_path, "budget")))
+    frames = _metric(tmp_path / "budget", "charts/frames")
+    assert len(frames) == 1 and frames[0] == load_checkpoint(tmp_path / "budget")["frames"] > 0
     assert main(["evolve", "ga", "--generations", "0", "--runs-dir", str(tmp_path)]) == 2
 
 
