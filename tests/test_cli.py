@@ -60,10 +60,19 @@ def test_every_command_loads():
         assert hasattr(cli._load(command.config), "__dataclass_fields__"), path
 
 
-def test_envs_lists_cartpole(capsys):
+def test_envs_lists_every_backend(capsys):
     assert cli.main(["envs"]) == 0
     out = capsys.readouterr().out
-    assert "CartPole-v1" in out and "native" in out and "Discrete(2)" in out and "500" in out
+    assert "CartPole-v1" in out and "native" in out
+    assert "LunarLander-v3" in out and "process" in out  # any Gymnasium id, in worker processes
+
+
+def test_envs_filters_and_shows_spaces(capsys):
+    assert cli.main(["envs", "--backend", "native", "--match", "cartpole", "--spaces"]) == 0
+    out = capsys.readouterr().out
+    assert "CartPole-v1" in out and "Discrete(2)" in out and "500" in out
+    assert "Acrobot" not in out and "LunarLander" not in out
+    assert cli.main(["envs", "--backend", "nope"]) == 2
 
 
 def test_bench_envs_runs_and_prints_a_table():

@@ -158,6 +158,8 @@ def test_episode_cap_and_frame_counting() -> None:
 def test_evaluator_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="num_slots"):
         PopulationEvaluator("CartPole-v1", num_slots=1)
+    with pytest.raises(ValueError, match="native"):
+        PopulationEvaluator("NoSuchEnv-v0")
     with PopulationEvaluator("CartPole-v1", num_slots=2, num_threads=1) as ev:
         with pytest.raises(ValueError, match="params"):
             ev.evaluate(torch.zeros(3, 5), 1, seed=0)

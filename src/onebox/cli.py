@@ -21,6 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import tyro
+
 
 @dataclasses.dataclass(frozen=True)
 class Command:
@@ -40,16 +42,67 @@ class Group:
 
     help: str
     commands: dict[str, Command | Group]
+    fallback: Command | None = None
+    """Run when the arguments start with an option instead of a subcommand (`--resume ...`)."""
 
 
 @dataclasses.dataclass
 class EnvsConfig:
-    """List every env onebox can make: id, backend, spaces and time limit."""
+    """List every env onebox can make, with its backend."""
+
+    backend: str | None = None
+    """Only this backend's envs (native, atari, process)."""
+    match: str | None = None
+    """Only ids containing this text (case-insensitive)."""
+    spaces: bool = False
+    """Also make each listed env once to show its spaces and time limit (slow for many)."""
+
+
+@dataclasses.dataclass
+class ResumeConfig:
+    """Continue a training run from its last checkpoint, with its own config."""
+
+    resume: str
+    """The run folder, e.g. runs/CartPole-v1__ppo__1__20261121-120000."""
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    """Play a trained policy and report its returns; optionally record a video."""
+
+    run_dir: tyro.conf.Positional[str]
+    """The run folder."""
+    episodes: int = 10
+    """Episodes to play."""
+    video: bool = False
+    """Also record the first episode to `<run>/videos/eval.mp4`."""
+    seed: int = 12345
+    """Seed of the evaluation envs (distinct from training seeds)."""
 
 
 COMMANDS: dict[str, Command | Group] = {
+    "train": Group(
+        "Train an agent: `ppo`; `onebox train --resume RUN` continues a run.",
+        {
+            "ppo": Command(
+                "PPO with CleanRL's defaults per env family.",
+                config="onebox.algos.ppo:Config",
+                run="onebox.algos.launch:train",
+            ),
+        },
+        fallback=Command(
+            "Continue a run from its last checkpoint.",
+            config="onebox.cli:ResumeConfig",
+            run="onebox.algos.launch:resume",
+        ),
+    ),
+    "eval": Command(
+        "Play a trained run's policy; `--video` writes an mp4.",
+        config="onebox.cli:EvalConfig",
+        run="onebox.algos.launch:evaluate",
+    ),
     "envs": Command(
-        "List every env with its backend, spaces and time limit.",
+        "List every env with its backend (`--spaces` for spaces and time limits).",
         config="onebox.cli:EnvsConfig",
         run="onebox.cli:list_envs",
     ),
@@ -109,14 +162,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(node: Command | Group, args: list[str], prog: str) -> Any:
-    import tyro
-
     if isinstance(node, Command):
         config_cls = _load(node.config)
         config = tyro.cli(config_cls, args=args, prog=prog, description=node.help)
         return _load(node.run)(config)
     if args and args[0] in node.commands:
         return _dispatch(node.commands[args[0]], args[1:], f"{prog} {args[0]}")
+    if node.fallback is not None and args and args[0] not in ("-h", "--help"):
+        return _dispatch(node.fallback, args, prog)
     # `--help`, no subcommand or an unknown one: let tyro print the help or the error, from a
     # stand-in union of the subcommand names (their configs are not imported for this).
     choices = [_annotated(name, child.help) for name, child in node.commands.items()]
@@ -128,8 +181,6 @@ def _dispatch(node: Command | Group, args: list[str], prog: str) -> Any:
 
 def _annotated(name: str, help: str, suppress: bool = False) -> Any:
     from typing import Annotated
-
-    import tyro
 
     if suppress:
         return Annotated[None, tyro.conf.Suppress]
@@ -155,36 +206,53 @@ def _load(target: str) -> Any:
 
 
 def list_envs(config: EnvsConfig) -> int:
-    """Print a table of every env: id, backend, observation and action spaces, time limit."""
+    """Print a table of the envs: id and backend, and with `--spaces` their spaces and limit."""
     from rich.table import Table
 
     import onebox.envs
     from onebox.bench.common import console
 
-    table = Table(title="onebox envs")
-    for column in ("env id", "backend", "observation space", "action space", "time limit"):
-        table.add_column(column, no_wrap=column == "env id")
+    if config.backend is not None and config.backend not in onebox.envs.BACKENDS:
+        raise ValueError(
+            f"unknown backend {config.backend!r}; choose one of {', '.join(onebox.envs.BACKENDS)}"
+        )
+    rows = []
     for env_id in onebox.envs.list_envs():
-        env = onebox.envs.make(env_id, num_envs=1, num_threads=1)
-        try:
-            limit = env.spec.max_episode_steps if env.spec is not None else None
-            table.add_row(
-                env_id,
-                _backend(env),
-                format_space(env.single_observation_space),
-                format_space(env.single_action_space),
-                str(limit) if limit else "none",
-            )
-        finally:
-            env.close()
+        backend = onebox.envs.backend_of(env_id)
+        if config.backend is not None and backend != config.backend:
+            continue
+        if config.match is not None and config.match.lower() not in env_id.lower():
+            continue
+        rows.append((env_id, backend or ""))
+    columns = ["env id", "backend"]
+    if config.spaces:
+        columns += ["observation space", "action space", "time limit"]
+    table = Table(title=f"onebox envs ({len(rows)})")
+    for column in columns:
+        table.add_column(column, no_wrap=column == "env id")
+    for env_id, backend in rows:
+        table.add_row(env_id, backend, *(_describe(env_id) if config.spaces else ()))
     console().print(table)
     return 0
 
 
-def _backend(env: Any) -> str:
-    """'native' for `NativeEnvPool`: each backend's pool class is named `<Backend>EnvPool`."""
-    name = type(env).__name__
-    return name.removesuffix("EnvPool").lower() or name
+def _describe(env_id: str) -> tuple[str, str, str]:
+    """Spaces and time limit of an env, from a one-env pool; why not, if it cannot be made."""
+    import onebox.envs
+
+    try:
+        env = onebox.envs.make(env_id, num_envs=1, num_threads=1)
+    except Exception as e:  # a Gymnasium env whose dependencies are missing, ...
+        return (f"cannot make: {type(e).__name__}", "", "")
+    try:
+        limit = env.spec.max_episode_steps if env.spec is not None else None
+        return (
+            format_space(env.single_observation_space),
+            format_space(env.single_action_space),
+            str(limit) if limit else "none",
+        )
+    finally:
+        env.close()
 
 
 def format_space(space: Any) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from onebox.bench import common
+from onebox.bench import atari_peers, common, process_peers
 
 ASYNC_VECTOR_MAX_ENVS = 64
 """Gymnasium's AsyncVectorEnv runs one process per env: it is skipped above this many envs."""
@@ -152,6 +152,8 @@ def _gymnasium_spec(task: Task) -> Any:
 def gymnasium_sync(task: Task) -> Loop:
     import gymnasium as gym
 
+    if atari_peers.is_atari(task.env_id):
+        return _sync_loop(atari_peers.gymnasium_vector_env(task, "sync"), task, task.num_envs)
     _gymnasium_spec(task)
     env = gym.make_vec(task.env_id, num_envs=task.num_envs, vectorization_mode="sync")
     return _sync_loop(env, task, task.num_envs)
@@ -160,9 +162,11 @@ def gymnasium_sync(task: Task) -> Loop:
 def gymnasium_async(task: Task) -> Loop:
     import gymnasium as gym
 
-    _gymnasium_spec(task)
     if task.num_envs > ASYNC_VECTOR_MAX_ENVS:
         raise Unavailable(f"skipped: > {ASYNC_VECTOR_MAX_ENVS} envs (one process each)")
+    if atari_peers.is_atari(task.env_id):
+        return _sync_loop(atari_peers.gymnasium_vector_env(task, "async"), task, task.num_envs)
+    _gymnasium_spec(task)
     env = gym.make_vec(task.env_id, num_envs=task.num_envs, vectorization_mode="async")
     return _sync_loop(env, task, task.num_envs)
 
@@ -192,6 +196,7 @@ def _envpool(task: Task, batch_size: int) -> Any:
         batch_size=batch_size,
         num_threads=min(task.num_threads, task.num_envs),  # as onebox: no idle threads
         seed=task.seed,
+        **atari_peers.envpool_options(task.env_id),
     )
 
 
@@ -207,11 +212,15 @@ def envpool_async(task: Task) -> Loop:
 PEERS: tuple[Peer, ...] = (
     Peer("onebox-sync", "onebox", "onebox sync", onebox_sync),
     Peer("onebox-async", "onebox", "onebox async", onebox_async),
+    Peer("onebox-process", "process", "onebox process", process_peers.process_sync),
+    Peer("onebox-process-async", "process", "onebox process async", process_peers.process_async),
     Peer("gymnasium-sync", "gymnasium", "Gymnasium SyncVectorEnv", gymnasium_sync),
     Peer("gymnasium-async", "gymnasium", "Gymnasium AsyncVectorEnv", gymnasium_async),
     Peer("gymnasium-vector", "gymnasium", "Gymnasium numpy-vectorized", gymnasium_vector),
     Peer("envpool-sync", "envpool", "EnvPool sync", envpool_sync),
     Peer("envpool-async", "envpool", "EnvPool async", envpool_async),
+    Peer("ale-sync", "ale", "ALE AtariVectorEnv sync", atari_peers.ale_sync),
+    Peer("ale-async", "ale", "ALE AtariVectorEnv async", atari_peers.ale_async),
 )
 """Every backend, in table order."""
 
@@ -242,11 +251,14 @@ class EnvBenchConfig:
     warmup: float = 0.5
     """Warm-up before each measurement, in seconds (not counted)."""
     peers: tuple[PeerName, ...] = _FAMILIES  # type: ignore[valid-type]
-    """Backends to run, by name, or by family (onebox, gymnasium, envpool) for all of its own."""
+    """Backends to run, by name, or by family (onebox, process, gymnasium, envpool, ale) for all of its own."""
     seed: int = 0
     """Seed of the envs and of the random actions."""
     output: Path | None = None
     """Markdown file to write the results to (e.g. docs/benchmarks.md), in this env's section."""
+    section: str | None = None
+    """Label of the section to write, after the env id (e.g. `process`), so that a run of a few
+    peers does not replace the env's main section."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,7 +321,7 @@ def run(config: EnvBenchConfig) -> int:
             log.print(f"[dim]{peer.label:<28} {n:>6} envs  {speed}[/dim]", highlight=False)
             results.append(result)
 
-    machine = common.machine_info(("numpy", "gymnasium", "envpool"))
+    machine = common.machine_info(("numpy", "gymnasium", "envpool", "ale-py"))
     header, rows = table_rows(results)
     title = f"{config.env}: env steps/s, {_threads(threads)}, {config.seconds:g} s per measurement"
     console.print(_rich_table(title, header, rows))
@@ -317,7 +329,8 @@ def run(config: EnvBenchConfig) -> int:
     if config.output is not None:
         command = common.command_line("onebox bench envs", config)
         body = markdown_section(config, header, rows, machine, command, common.now())
-        path = common.write_section(config.output, section_key(config.env), body)
+        key = section_key(config.env) + (f":{config.section}" if config.section else "")
+        path = common.write_section(config.output, key, body)
         console.print(f"wrote the {config.env} section of {path}")
     return 0
 
@@ -336,7 +349,7 @@ def section_key(env_id: str) -> str:
 def table_rows(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     """Header and rows: backend, envs, steps/s, then onebox's speed over the row's, for each
     onebox backend that ran ("onebox sync ×" = onebox sync steps/s / this row's steps/s)."""
-    ours = [p for p in dict.fromkeys(r.peer for r in results) if p.family == "onebox"]
+    ours = [p for p in dict.fromkeys(r.peer for r in results) if p.family in ("onebox", "process")]
     header = ["backend", "envs", "steps/s", *(f"{p.label} ×" for p in ours)]
     rates = {(r.peer.name, r.num_envs): r.rate for r in results}
     rows = []
@@ -384,7 +397,7 @@ def markdown_section(
     """The markdown of one env's results: table, command, date, machine."""
     right = [i > 0 for i in range(len(header))]
     lines = [
-        f"### {config.env}",
+        f"### {config.env}" + (f" ({config.section})" if config.section else ""),
         "",
         f"{_threads(config.num_threads)} for onebox and EnvPool; async backends receive "
         f"num_envs/2 envs per `recv`; {config.seconds:g} s per measurement after "

@@ -10,22 +10,26 @@ Every pool is a `gymnasium.vector.VectorEnv` and also has EnvPool's async API:
 to finish with their ids in `info["env_id"]`.
 
 Backends are pool classes listed in `BACKENDS`, fastest first; `make` picks the first whose
-`handles(env_id)` is true, or the one named by `backend=`.
+`handles(env_id)` is true, or the one named by `backend=`. Any Gymnasium id, or `env_fn=`, runs in
+worker processes (`ProcessEnvPool`, the last backend).
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from onebox.envs.base import EnvPool, physical_cores
 from onebox.envs.native import NativeEnvPool
+from onebox.envs.process import ProcessEnvPool
 
 __all__ = [
     "BACKENDS",
     "EnvPool",
     "NativeEnvPool",
+    "ProcessEnvPool",
     "backend_of",
     "env_options",
     "list_envs",
@@ -35,6 +39,8 @@ __all__ = [
 
 BACKENDS: dict[str, str] = {
     "native": "onebox.envs.native:NativeEnvPool",
+    "atari": "onebox.envs.atari:AtariEnvPool",
+    "process": "onebox.envs.process:ProcessEnvPool",
 }
 """Backend name -> its pool class as "module:Class", in the order `make` tries them. A pool class
 has classmethods `ids()` (the ids it lists) and `handles(env_id)`, and takes
@@ -65,20 +71,34 @@ def list_envs() -> list[str]:
 
 
 def make(
-    env_id: str,
+    env_id: str | None = None,
     num_envs: int = 1,
     batch_size: int | None = None,
     num_threads: int | None = None,
     seed: int = 0,
     *,
     backend: str | None = None,
+    env_fn: Callable[[], Any] | None = None,
     **env_kwargs: Any,
 ) -> EnvPool:
     """Make a pool of `num_envs` envs `env_id` with the fastest backend that has it.
 
     `backend=` forces one (see `BACKENDS`); the other keyword arguments are the backend pool's
-    (e.g. `NativeEnvPool`) and the env's own options.
+    (e.g. `NativeEnvPool`) and the env's own options. `env_fn=` (a callable returning a
+    `gymnasium.Env`; `env_id` is then optional) runs any Python env in the process backend.
     """
+    if env_fn is not None:
+        if backend not in (None, "process"):
+            raise ValueError(f"env_fn runs in the process backend, not {backend!r}")
+        return _pool_class("process")(
+            env_id,
+            num_envs,
+            batch_size=batch_size,
+            num_threads=num_threads,
+            seed=seed,
+            env_fn=env_fn,
+            **env_kwargs,
+        )
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {type(env_id).__name__}")
     chosen = backend if backend is not None else backend_of(env_id)

@@ -91,6 +91,8 @@ class NativeEnvPool(EnvPool):
         copy: return fresh arrays (default). `False` returns views of the engine's buffers,
             overwritten by the next call: faster, but copy what you keep.
         thread_affinity_offset: pin worker k to CPU `offset + k`; -1 (default) leaves them free.
+        render_mode: None, or "rgb_array" to draw frames with `render()` (Gymnasium's renderer of
+            the same env, fed each env's state; needs pygame: `pip install "onebox[render]"`).
         **env_kwargs: the env's own options (e.g. `sutton_barto_reward=True` for CartPole).
 
     Bad input raises `ValueError`/`TypeError`; using the pool after `close()` raises `RuntimeError`.
@@ -120,6 +122,7 @@ class NativeEnvPool(EnvPool):
         max_episode_steps: int | None = None,
         copy: bool = True,
         thread_affinity_offset: int = -1,
+        render_mode: str | None = None,
         **env_kwargs: Any,
     ) -> None:
         if env_id not in native_ids():
@@ -159,8 +162,11 @@ class NativeEnvPool(EnvPool):
         self.num_threads = num_threads
         self.copy = copy
         self.autoreset_mode = mode
-        self.metadata = {"autoreset_mode": mode, "render_modes": []}
-        self.render_mode = None
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.metadata = {"autoreset_mode": mode, "render_modes": ["rgb_array"]}
+        self.render_mode = render_mode
+        self._renderer: Any = None
         self.spec = EnvSpec(
             id=env_id,
             entry_point="onebox.envs:make",
@@ -243,6 +249,35 @@ class NativeEnvPool(EnvPool):
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the worker threads."""
         self._engine.close()
+        if self._renderer is not None:
+            self._renderer.close()
+
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        """One RGB frame per env (`render_mode="rgb_array"`), drawn by Gymnasium's renderer of
+        the same env from each env's current state."""
+        if self.render_mode is None:
+            return None
+        if self._renderer is None:
+            import os
+
+            import gymnasium
+
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # draw off-screen, no display
+
+            if self.spec is None or self.spec.id not in gymnasium.registry:
+                raise NotImplementedError(f"{self.spec and self.spec.id} has no renderer")
+            try:
+                self._renderer = gymnasium.make(self.spec.id, render_mode="rgb_array").unwrapped
+            except gymnasium.error.DependencyNotInstalled as e:
+                raise RuntimeError(
+                    f'rendering needs pygame: pip install "onebox[render]" ({e})'
+                ) from None
+            self._renderer.reset(seed=0)
+        frames = []
+        for i in range(self.num_envs):
+            self._renderer.state = np.asarray(self._engine.get_state(i), dtype=np.float64)
+            frames.append(self._renderer.render())
+        return tuple(frames)
 
     # ---- helpers ------------------------------------------------------------------------------
 

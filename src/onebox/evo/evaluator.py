@@ -135,6 +135,14 @@ class PopulationEvaluator:
             raise ValueError(
                 f"max_envs must be an integer >= num_slots={num_slots}, got {max_envs}"
             )
+        backend = onebox.envs.backend_of(env_id) if isinstance(env_id, str) else None
+        if backend != "native":
+            raise ValueError(
+                f"population evaluation runs on the native engine, and {env_id!r} is "
+                f"{'not an env id' if backend is None else f'served by the {backend} backend'}: it needs envs "
+                "that may wait received-but-unsent while others run and a per-env seeded reset "
+                "(`onebox envs --backend native` lists the native envs)"
+            )
         self.env_id = env_id
         self.num_slots = num_slots
         self.max_envs = max_envs

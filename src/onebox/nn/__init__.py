@@ -1,0 +1,1 @@
+"""Neural networks: policy/value networks for the learners, population networks for evolution."""

@@ -1,0 +1,77 @@
+"""What every learner shares: device choice, seeding, env options from the command line,
+env-family presets, and the run loop's folder/logging/checkpoint plumbing."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import random
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+import onebox.envs
+
+Family = Literal["classic", "atari", "continuous"]
+
+
+def resolve_device(device: str) -> torch.device:
+    """ "auto" -> CUDA when available, else CPU; anything else as torch reads it."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"unknown device {device!r}: {e}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for but CUDA is not available; use --device cpu")
+    return dev
+
+
+def seed_everything(seed: int, deterministic: bool = True) -> None:
+    """Seed Python, numpy and torch; optionally make cuDNN deterministic."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = deterministic
+
+
+def parse_env_options(options: dict[str, str]) -> dict[str, Any]:
+    """Command-line env options ("KEY VALUE" strings) to Python values: numbers, booleans and
+    quoted strings as Python literals, anything else as the string itself."""
+    out: dict[str, Any] = {}
+    for key, text in options.items():
+        try:
+            out[key] = ast.literal_eval(text) if isinstance(text, str) else text
+        except (ValueError, SyntaxError):
+            out[key] = text
+    return out
+
+
+def env_family(env_id: str, **env_kwargs: Any) -> Family:
+    """The preset family of an env: Atari by backend, else continuous or classic by its actions."""
+    if onebox.envs.backend_of(env_id) == "atari":
+        return "atari"
+    with onebox.envs.make(env_id, num_envs=1, num_threads=1, **env_kwargs) as probe:
+        discrete = not hasattr(probe.single_action_space, "low")
+    return "classic" if discrete else "continuous"
+
+
+def fill_preset(config: Any, preset: dict[str, Any]) -> Any:
+    """`config` with every field that is None replaced by the preset's value."""
+    missing = {
+        f.name: preset[f.name]
+        for f in dataclasses.fields(config)
+        if getattr(config, f.name) is None and f.name in preset
+    }
+    return dataclasses.replace(config, **missing)
+
+
+def check_positive(config: Any, *names: str) -> None:
+    """Raise ValueError naming the first of `names` that is not a positive number."""
+    for name in names:
+        value = getattr(config, name)
+        if value is None or value <= 0:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be positive, got {value}")

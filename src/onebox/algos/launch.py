@@ -1,0 +1,87 @@
+"""What `onebox train` and `onebox eval` run: a learner's module is the one defining the config.
+
+Every learner module has `train(config) -> run folder`, `resume(run_dir) -> run folder` and
+`load_policy(run_dir, config) -> (observations -> actions)`; a run folder's `config.json` names its
+config class, hence its module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+import onebox.envs
+from onebox import run
+
+
+def _module(config: Any) -> ModuleType:
+    return importlib.import_module(type(config).__module__)
+
+
+def train(config: Any) -> int:
+    """Start a run of the learner whose config this is; print where it went."""
+    run_dir = _module(config).train(config)
+    print(f"run folder: {run_dir}")
+    return 0
+
+
+def resume(config: Any) -> int:
+    """Continue the run in `config.resume` from its last checkpoint."""
+    run_dir = Path(config.resume)
+    if not (run_dir / "config.json").is_file():
+        raise ValueError(f"{run_dir} is not a run folder (no config.json)")
+    saved = run.load_config(run_dir)
+    run_dir = _module(saved).resume(run_dir)
+    print(f"run folder: {run_dir}")
+    return 0
+
+
+def play(
+    policy: Any, envs: Any, episodes: int, seed: int, record: bool = False
+) -> tuple[list[float], list[int], list[np.ndarray]]:
+    """Play `episodes` episodes on a one-env pool; returns, lengths and (if `record`) the
+    frames of the first episode from `envs.render()`."""
+    from onebox.sampling import EpisodeTracker
+
+    tracker = EpisodeTracker(1)
+    frames: list[np.ndarray] = []
+    obs, _ = envs.reset(seed=seed)
+    while len(tracker.finished_returns) < episodes:
+        if record and not tracker.finished_returns:
+            frames.append(envs.render())
+        obs, reward, terminated, truncated, info = envs.step(policy(obs))
+        tracker.update(np.zeros(1, np.int64), reward, np.logical_or(terminated, truncated), info)
+    return tracker.finished_returns[:episodes], tracker.finished_lengths[:episodes], frames
+
+
+def evaluate(config: Any) -> int:
+    """`onebox eval`: play the run's policy, print the returns, optionally write a video."""
+    run_dir = Path(config.run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise ValueError(f"{run_dir} is not a run folder (no config.json)")
+    if config.episodes <= 0:
+        raise ValueError(f"--episodes must be positive, got {config.episodes}")
+    saved = run.load_config(run_dir)
+    policy = _module(saved).load_policy(run_dir, saved)
+    options = {} if not config.video else {"render_mode": "rgb_array"}
+    env_options = getattr(saved, "env_options", {})
+    from onebox.algos.common import parse_env_options
+
+    with onebox.envs.make(
+        saved.env, 1, seed=config.seed, autoreset_mode="SameStep",
+        **parse_env_options(env_options), **options,
+    ) as envs:  # fmt: skip
+        returns, lengths, frames = play(policy, envs, config.episodes, config.seed, config.video)
+    print(
+        f"{saved.env}: {len(returns)} episodes, return {np.mean(returns):.2f} "
+        f"+- {np.std(returns):.2f} (min {np.min(returns):.2f}, max {np.max(returns):.2f}), "
+        f"length {np.mean(lengths):.1f}"
+    )
+    if config.video:
+        path = run.write_video(frames, run_dir / "videos" / "eval.mp4")
+        print(f"video: {path}")
+    return 0

@@ -1,0 +1,765 @@
+"""Any Python Gymnasium env in worker processes, over shared memory: `ProcessEnvPool`.
+
+Each worker process hosts a contiguous block of envs. Actions, observations, rewards, flags,
+episode statistics and numeric infos live in one shared-memory block; a command to a worker is a
+few bytes on a pipe (step all my envs, or these env ids), and so is its reply, so nothing is
+pickled on the hot path. A worker steps every env it was sent in one go and replies once, so
+`recv()` works at worker granularity: it returns the first `batch_size` envs of the workers that
+have finished, keeping any surplus for the next `recv()`.
+"""
+
+from __future__ import annotations
+
+import collections
+import difflib
+import functools
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import select
+import signal
+import weakref
+from collections.abc import Callable
+from multiprocessing import resource_tracker
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from onebox.envs import process_worker as pw
+from onebox.envs.base import (
+    EnvPool,
+    SeedLike,
+    check_pool_args,
+    check_seed,
+    expand_seeds,
+    parse_autoreset_mode,
+)
+from onebox.envs.shm import (
+    ActionWriter,
+    Block,
+    Layout,
+    add_info,
+    assemble,
+    copy_tree,
+    gather,
+    gather_into,
+    leaf_array,
+    leaves,
+)
+
+MAX_INFO_KEYS = 32
+"""Numeric info keys per worker that travel through shared memory; more are pickled."""
+
+CONTEXTS = ("forkserver", "spawn", "fork")
+
+
+def _default_context() -> str:
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+class _Proc:
+    """One worker process, its pipes and the commands it has not answered yet."""
+
+    def __init__(self, index: int, lo: int, hi: int) -> None:
+        self.index, self.lo, self.hi = index, lo, hi
+        self.ids = np.arange(lo, hi, dtype=np.int32)
+        self.proc: Any = None
+        self.cmd: Any = None
+        self.res: Any = None
+        self.fault: Any = None
+        self.pending: collections.deque[tuple[np.ndarray, bytes]] = collections.deque()
+        self.slots: dict[int, str] = {}  # info slot -> key
+        self.kinds: dict[int, str] = {}  # info slot -> "i" or "f"
+        self.restarts = 0
+        self.fresh = False  # restarted and has not completed a command since
+        self.frames: list[Any] | None = None  # the reply to RENDER
+
+    def describe(self) -> str:
+        pid = self.proc.pid if self.proc is not None else "?"
+        return f"worker {self.index} (pid {pid}, envs {self.lo}..{self.hi - 1})"
+
+    def close_pipes(self) -> None:
+        for conn in (self.cmd, self.res, self.fault):
+            if conn is not None:
+                conn.close()
+        self.cmd = self.res = self.fault = None
+
+
+def _shutdown(procs: list[_Proc], blocks: list[Block]) -> None:
+    """Stop every worker (politely, then by force) and free the shared memory."""
+    for p in procs:
+        try:
+            if p.cmd is not None:
+                pw.write_msg(p.cmd.fileno(), pw.QUIT)
+        except OSError:
+            pass
+    for p in procs:
+        if p.proc is None or p.proc.pid is None:
+            continue
+        p.proc.join(timeout=2)
+        if p.proc.exitcode is None:
+            p.proc.kill()
+            p.proc.join(timeout=2)
+        p.close_pipes()
+    for block in blocks:
+        block.close(unlink=True)
+    blocks.clear()
+
+
+def _read_available(conn: Any) -> str:
+    """Whatever bytes a dead worker's faulthandler wrote to its pipe."""
+    if conn is None:
+        return ""
+    fd = conn.fileno()
+    os.set_blocking(fd, False)
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except (BlockingIOError, OSError):
+        pass
+    return b"".join(chunks).decode(errors="replace").strip()
+
+
+class ProcessEnvPool(EnvPool):
+    """Gymnasium envs (by id or `env_fn`) stepped in worker processes over shared memory.
+
+    Args:
+        env_id: a Gymnasium id (anything in `gymnasium.registry`), or None with `env_fn`.
+        num_envs: envs in the pool.
+        batch_size: envs returned by each `recv` (default: `num_envs`).
+        num_threads: worker processes (default: physical cores), at most `num_envs`. Worker k
+            hosts a contiguous block of envs.
+        seed: base seed; env i is reset with `seed + i` the first time (or at `reset(seed=...)`).
+        env_fn: a zero-argument callable returning a `gymnasium.Env`, instead of `env_id`
+            (pickled with cloudpickle, so lambdas and closures work).
+        autoreset_mode: `NextStep` (Gymnasium's default: the step after an episode ends resets
+            the env and ignores its action) or `SameStep` (final observation and info in
+            `info["final_obs"]`, `info["final_info"]`).
+        copy: return fresh arrays (default). `False` returns views of shared or batch buffers,
+            overwritten by the next call.
+        restart_on_crash: restart a worker that dies or raises, reset its envs (with seeds
+            derived from the base seed, the env id and the restart count) and report the episodes
+            it was running as truncated, with `info["worker_restarted"]`. A worker that fails
+            again before completing a command, or while starting, still raises.
+        context: multiprocessing start method. "forkserver" (default where available) and
+            "spawn" are safe with threads in the parent; "fork" starts fastest but is not.
+        **env_kwargs: passed to `gymnasium.make(env_id, ...)`.
+
+    Infos: numeric scalars (Python int, float, bool and numpy numbers; up to 32 keys per worker)
+    travel through shared memory and come back batched as in Gymnasium (`key` array, `_key`
+    mask, the dtype of the key's first value); any other info value (strings, arrays, nested
+    dicts) is pickled on its way to the parent. When an episode ends, `info["episode_return"]`
+    and `info["episode_length"]` hold its total reward and steps, masked by `info["_episode"]`.
+
+    A worker that raises or dies makes the call raise `RuntimeError` naming the env, the worker,
+    and the worker's traceback (or its signal and faulthandler trace); the pool is then closed
+    unless `restart_on_crash` is set. A step that never returns blocks like any Python call.
+    """
+
+    @classmethod
+    def ids(cls) -> list[str]:
+        """Every id in Gymnasium's registry (those needing missing packages fail at `make`)."""
+        return sorted(gym.registry)
+
+    @classmethod
+    def handles(cls, env_id: str) -> bool:
+        """Whether `env_id` is in Gymnasium's registry."""
+        return env_id in gym.registry
+
+    def __init__(
+        self,
+        env_id: str | None = None,
+        num_envs: int = 1,
+        *,
+        batch_size: int | None = None,
+        num_threads: int | None = None,
+        seed: int = 0,
+        env_fn: Callable[[], gym.Env] | None = None,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        copy: bool = True,
+        restart_on_crash: bool = False,
+        context: str | None = None,
+        **env_kwargs: Any,
+    ) -> None:
+        self.closed = True  # until the workers are up: close() and __del__ have nothing to do
+        num_envs, batch_size, num_threads = check_pool_args(num_envs, batch_size, num_threads)
+        mode = parse_autoreset_mode(autoreset_mode)
+        self._seed = check_seed(seed)
+        context = _default_context() if context is None else context
+        if context not in CONTEXTS or context not in multiprocessing.get_all_start_methods():
+            raise ValueError(f"context must be one of {CONTEXTS} (available here), got {context!r}")
+        make, name, spec = self._factory(env_id, env_fn, env_kwargs)
+        self.env_name = name
+        self.num_envs, self.batch_size = num_envs, batch_size
+        self.num_threads = min(num_threads, num_envs)
+        self.copy, self.restart_on_crash = bool(copy), bool(restart_on_crash)
+        self.autoreset_mode = mode
+        self._same_step = mode == AutoresetMode.SAME_STEP
+        self._ctx = multiprocessing.get_context(context)
+        if context == "forkserver":
+            self._ctx.set_forkserver_preload(["__main__", "onebox.envs.process_worker"])
+        self._factory_bytes = cloudpickle.dumps(make)
+
+        bounds = np.linspace(0, num_envs, self.num_threads + 1).round().astype(int)
+        self._procs = [
+            _Proc(k, int(bounds[k]), int(bounds[k + 1])) for k in range(self.num_threads)
+        ]
+        self._blocks: list[Block] = []
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._blocks)
+        self._broken: str | None = None
+        self._poller = select.poll()
+        self._fds: dict[int, tuple[_Proc, bool]] = {}
+        try:
+            self._start(spec)
+        except BaseException:
+            self._finalizer()
+            raise
+        self.closed = False
+
+    @staticmethod
+    def _factory(
+        env_id: str | None, env_fn: Any, env_kwargs: dict[str, Any]
+    ) -> tuple[Callable[[], Any], str, Any]:
+        if env_fn is not None:
+            if not callable(env_fn):
+                raise TypeError(
+                    f"env_fn must be a callable returning a gymnasium.Env, got {env_fn!r}"
+                )
+            if env_kwargs:
+                raise TypeError(
+                    f"env options {sorted(env_kwargs)} go to gymnasium.make; with env_fn, give "
+                    "them to your env_fn (e.g. functools.partial)"
+                )
+            return env_fn, "env_fn" if env_id is None else str(env_id), None
+        if env_id is None:
+            raise ValueError("give env_id (a Gymnasium id) or env_fn (a callable making an env)")
+        if not isinstance(env_id, str):
+            raise TypeError(f"env_id must be a string, got {type(env_id).__name__}")
+        if env_id not in gym.registry:
+            close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise ValueError(f"unknown env id {env_id!r}: not in gymnasium.registry.{hint}")
+        spec = gym.spec(env_id)
+        return functools.partial(pw.make_from_spec, spec, dict(env_kwargs)), env_id, spec
+
+    # ---- workers -------------------------------------------------------------------------------
+
+    def _launch(self, p: _Proc, restart_seeds: list[int] | None) -> None:
+        ctx = self._ctx
+        cmd_r, p.cmd = ctx.Pipe(duplex=False)
+        p.res, res_w = ctx.Pipe(duplex=False)
+        p.fault, fault_w = ctx.Pipe(duplex=False)
+        seeds: list[int | None] = [self._seed + g for g in range(p.lo, p.hi)]
+        args = pw.WorkerArgs(
+            index=p.index,
+            lo=p.lo,
+            hi=p.hi,
+            factory=self._factory_bytes,
+            same_step=self._same_step,
+            max_info_keys=MAX_INFO_KEYS,
+            seeds=seeds,
+            restart_seeds=restart_seeds,
+            slots={key: (slot, p.kinds[slot]) for slot, key in p.slots.items()},
+        )
+        p.proc = ctx.Process(
+            target=pw.main,
+            args=(args, cmd_r, res_w, fault_w),
+            name=f"onebox-env-worker-{p.index}",
+            daemon=True,
+        )
+        p.proc.start()
+        for conn in (cmd_r, res_w, fault_w):
+            conn.close()
+
+    def _handshake_reply(self, p: _Proc, expect: bytes) -> bytes:
+        """Wait for worker p's next startup message; raise if it failed or died."""
+        msg = self._wait_message(p)
+        if msg is None or msg[:1] == pw.ERROR:
+            raise self._startup_error(p, msg)
+        if msg[:1] != expect:
+            raise RuntimeError(f"{p.describe()} sent {msg[:1]!r} during startup, not {expect!r}")
+        return msg[1:]
+
+    def _wait_message(self, p: _Proc) -> bytes | None:
+        """The next message from worker p, or None if it died first."""
+        sentinel = p.proc.sentinel
+        while True:
+            if p.res.poll(0):
+                try:
+                    return pw.read_msg(p.res.fileno())
+                except (EOFError, OSError):
+                    return None
+            ready = multiprocessing.connection.wait([p.res, sentinel])
+            if ready == [sentinel] and not p.res.poll(0):
+                return None
+
+    def _startup_error(self, p: _Proc, msg: bytes | None) -> Exception:
+        if msg is None:
+            hint = (
+                ""
+                if self._ctx.get_start_method() == "fork"
+                else "\n(the 'spawn' and 'forkserver' contexts import the main module again in each "
+                "worker: make the pool under `if __name__ == '__main__':`, or pass context='fork')"
+            )
+            return RuntimeError(
+                f"{p.describe()} of {self.env_name} died while starting: {self._death(p)}{hint}"
+            )
+        err = pickle.loads(msg[1:])
+        text = (
+            f"{p.describe()} could not start {self.env_name}: {err['type']}: {err['message']}\n"
+            f"worker traceback:\n{err['traceback']}"
+        )
+        if err["type"] in ("TypeError", "ValueError"):  # bad arguments: the user's to fix
+            return (TypeError if err["type"] == "TypeError" else ValueError)(text)
+        return RuntimeError(text)
+
+    def _death(self, p: _Proc) -> str:
+        p.proc.join(timeout=5)
+        if p.proc.exitcode is None:
+            p.proc.kill()
+            p.proc.join(timeout=5)
+        code = p.proc.exitcode
+        if code is not None and code < 0:
+            try:
+                how = f"killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        trace = _read_available(p.fault)
+        return how + (f"\nworker faulthandler output:\n{trace}" if trace else "")
+
+    def _start(self, spec: Any) -> None:
+        # Workers attach to the shared memory by name, which registers it with the resource
+        # tracker: they must share the parent's (forked workers inherit it if it runs already),
+        # so that the parent's unlink also unregisters their attachments.
+        resource_tracker.ensure_running()
+        for p in self._procs:
+            self._launch(p, None)
+        hello = [pickle.loads(self._handshake_reply(p, pw.HELLO)) for p in self._procs]
+        first = hello[0]
+        for p, h in zip(self._procs[1:], hello[1:], strict=True):
+            if (h["observation_space"], h["action_space"]) != (
+                first["observation_space"],
+                first["action_space"],
+            ):
+                raise ValueError(
+                    f"{p.describe()} made envs with other spaces than worker 0; all envs must match"
+                )
+        self._setup(first, spec)
+        for p in self._procs:
+            pw.write_msg(p.cmd.fileno(), pickle.dumps((self._block.name, self._block.layout)))
+        for p in self._procs:
+            self._handshake_reply(p, pw.READY)
+            self._watch(p)
+
+    def _setup(self, hello: dict[str, Any], spec: Any) -> None:
+        n = self.num_envs
+        self.single_observation_space = hello["observation_space"]
+        self.single_action_space = hello["action_space"]
+        obs_leaves = leaves(self.single_observation_space, "observation_space")
+        act_leaves = leaves(self.single_action_space, "action_space")
+        self.observation_space = batch_space(self.single_observation_space, n)
+        self.action_space = batch_space(self.single_action_space, n)
+        self.metadata = {**hello["metadata"], "autoreset_mode": self.autoreset_mode}
+        self.render_mode = hello["render_mode"]
+        if self.env_name == "env_fn":
+            self.env_name = hello["name"]
+        self.spec = hello["spec"] if hello["spec"] is not None else spec
+
+        arrays: list[tuple[str, tuple[int, ...], Any]] = []
+        for k, (_, leaf) in enumerate(obs_leaves):
+            shape, dtype = leaf_array(leaf)
+            arrays.append((f"obs{k}", (n, *shape), dtype))
+            if self._same_step:
+                arrays.append((f"final_obs{k}", (n, *shape), dtype))
+        for k, (_, leaf) in enumerate(act_leaves):
+            shape, dtype = leaf_array(leaf)
+            arrays.append((f"act{k}", (n, *shape), dtype))
+        arrays += [
+            ("reward", (n,), np.float64),
+            ("terminated", (n,), np.bool_),
+            ("truncated", (n,), np.bool_),
+            ("final", (n,), np.bool_),
+            ("ep_return", (n,), np.float64),
+            ("ep_length", (n,), np.int64),
+            ("ep_done", (n,), np.bool_),
+            ("info_val", (2, n, MAX_INFO_KEYS), np.float64),
+            ("info_set", (2, n, MAX_INFO_KEYS), np.bool_),
+            ("current", (self.num_threads,), np.int64),
+        ]
+        self._block = Block(Layout.plan(arrays))
+        self._blocks.append(self._block)
+        a = self._block.arrays
+        a["current"][:] = -1
+        self._a = a
+        self._obs = [a[f"obs{k}"] for k in range(len(obs_leaves))]
+        self._final_obs = (
+            [a[f"final_obs{k}"] for k in range(len(obs_leaves))] if self._same_step else []
+        )
+        self._act = ActionWriter(
+            self.single_action_space, [a[f"act{k}"] for k in range(len(act_leaves))]
+        )
+        b = self.batch_size
+        self._batch_obs = [np.empty((b, *o.shape[1:]), o.dtype) for o in self._obs]
+        self._batch = {k: np.empty(b, a[k].dtype) for k in ("reward", "terminated", "truncated")}
+        self._owner = np.repeat(
+            np.arange(self.num_threads, dtype=np.int32), [p.hi - p.lo for p in self._procs]
+        )
+        self._all_ids = np.arange(n, dtype=np.int32)
+        self._all_ids.flags.writeable = False
+        self._inflight = np.zeros(n, dtype=bool)
+        self._num_inflight = 0
+        self._ready: list[np.ndarray] = []
+        self._num_ready = 0
+        self._other: dict[tuple[int, int], dict[str, Any]] = {}
+        self._key_dtype: dict[str, np.dtype] = {}
+        self._seeded = False
+
+    def _watch(self, p: _Proc) -> None:
+        for fd, is_sentinel in ((p.res.fileno(), False), (p.proc.sentinel, True)):
+            self._poller.register(fd, select.POLLIN)
+            self._fds[fd] = (p, is_sentinel)
+
+    def _unwatch(self, p: _Proc) -> None:
+        for fd in (p.res.fileno(), p.proc.sentinel):
+            if self._fds.pop(fd, None) is not None:
+                self._poller.unregister(fd)
+
+    # ---- messages ------------------------------------------------------------------------------
+
+    def _send(self, p: _Proc, ids: np.ndarray, msg: bytes) -> None:
+        p.pending.append((ids, msg))
+        try:
+            pw.write_msg(p.cmd.fileno(), msg)
+        except OSError:  # the worker is gone: _crash restarts it and resends what is pending
+            self._crash(p, self._wait_message(p))
+
+    def _pump(self) -> None:
+        """Wait for the next event from any worker and handle it."""
+        for fd, _ in self._poller.poll():
+            entry = self._fds.get(fd)
+            if entry is None:
+                continue
+            p, is_sentinel = entry
+            if is_sentinel and p.res.poll(0):
+                continue  # read its last messages first; the sentinel stays ready
+            try:
+                msg = None if is_sentinel else pw.read_msg(p.res.fileno())
+            except (EOFError, OSError):
+                msg = None
+            if msg is None or msg[:1] == pw.ERROR:
+                self._crash(p, msg)
+                return  # fds may have been reused by a restarted worker: poll again
+            self._done(p, msg)
+
+    def _done(self, p: _Proc, msg: bytes) -> None:
+        ids, _ = p.pending.popleft()
+        p.fresh = False
+        if msg[:1] == pw.FRAMES:
+            p.frames = pickle.loads(msg[1:])
+            return
+        self._ready.append(ids)
+        self._num_ready += len(ids)
+        if msg[:1] == pw.EXTRAS:
+            extras = pickle.loads(msg[1:])
+            for slot, key, kind, dtype in extras["keys"]:
+                p.slots[slot], p.kinds[slot] = key, kind
+                self._key_dtype.setdefault(key, np.dtype(dtype))
+            self._other.update(extras["other"])
+
+    def _wait_idle(self) -> None:
+        while any(p.pending for p in self._procs):
+            self._pump()
+
+    # ---- crashes -------------------------------------------------------------------------------
+
+    def _crash(self, p: _Proc, msg: bytes | None) -> None:
+        """Worker p raised (msg is its ERROR) or died (msg None): restart it or raise."""
+        if msg is not None and msg[:1] == pw.ERROR:
+            err = pickle.loads(msg[1:])
+            env, how = err["env"], f"raised {err['type']}: {err['message']}"
+            detail = f"worker traceback:\n{err['traceback']}"
+            self._death(p)
+        else:
+            env = int(self._a["current"][p.index])
+            how, detail = "died", self._death(p)
+        where = f"env {env} ({self.env_name})" if env >= 0 else f"{self.env_name} (idle)"
+        text = f"{where} in {p.describe()} {how}\n{detail}".rstrip()
+        if not self.restart_on_crash or p.fresh:
+            again = " again right after a restart" if p.fresh else ""
+            self._fail(f"{where} in {p.describe()} {how}{again}\n{detail}".rstrip())
+        self._restart(p, text)
+
+    def _fail(self, text: str) -> None:
+        self._broken = text
+        self._finalizer()
+        raise RuntimeError(text)
+
+    def _restart(self, p: _Proc, why: str) -> None:
+        self._unwatch(p)
+        p.close_pipes()
+        p.restarts += 1
+        seeds = [
+            int(np.random.SeedSequence([self._seed, g, p.restarts]).generate_state(1, np.uint64)[0])
+            for g in range(p.lo, p.hi)
+        ]
+        self._launch(p, seeds)
+        try:
+            hello = pickle.loads(self._handshake_reply(p, pw.HELLO))
+            pw.write_msg(p.cmd.fileno(), pickle.dumps((self._block.name, self._block.layout)))
+            self._handshake_reply(p, pw.READY)
+        except Exception as e:
+            self._fail(f"{p.describe()} could not be restarted after a crash ({e})\n{why}")
+        if (hello["observation_space"], hello["action_space"]) != (
+            self.single_observation_space,
+            self.single_action_space,
+        ):
+            self._fail(f"{p.describe()} came back with other spaces after a restart")
+        self._watch(p)
+        p.fresh = True
+        for _, msg in p.pending:
+            pw.write_msg(p.cmd.fileno(), msg)
+
+    # ---- results -------------------------------------------------------------------------------
+
+    def _take_ready(self, b: int) -> np.ndarray:
+        ready = self._ready[0] if len(self._ready) == 1 else np.concatenate(self._ready)
+        ids, rest = ready[:b].copy(), ready[b:]
+        self._ready = [rest] if len(rest) else []
+        self._num_ready -= b
+        return ids
+
+    def _results(
+        self, ids: np.ndarray, index: Any
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        a, n = self._a, len(ids)
+        if isinstance(index, slice):
+            obs = gather(self.single_observation_space, self._obs, index)
+            reward, term, trunc = a["reward"], a["terminated"], a["truncated"]
+            if self.copy:
+                obs = copy_tree(obs)
+                reward, term, trunc = reward.copy(), term.copy(), trunc.copy()
+        elif self.copy:
+            obs = gather(self.single_observation_space, self._obs, index)
+            reward, term, trunc = a["reward"][index], a["terminated"][index], a["truncated"][index]
+        else:
+            obs = gather_into(self.single_observation_space, self._obs, ids, self._batch_obs)
+            out = self._batch
+            reward = np.take(a["reward"], ids, out=out["reward"][:n])
+            term = np.take(a["terminated"], ids, out=out["terminated"][:n])
+            trunc = np.take(a["truncated"], ids, out=out["truncated"][:n])
+        return obs, reward, term, trunc, self._info(ids, index, final=True)
+
+    def _info(self, ids: np.ndarray, index: Any, final: bool) -> dict[str, Any]:
+        a, n = self._a, len(ids)
+        info: dict[str, Any] = {"env_id": ids}
+        self._table(info, pw.INFO, ids, index, None)
+        done = a["ep_done"][index]
+        if done.any():
+            info["episode_return"] = np.where(done, a["ep_return"][index], 0.0)
+            info["episode_length"] = np.where(done, a["ep_length"][index], 0)
+            info["_episode"] = done.copy()
+        if final and self._same_step:
+            f = a["final"][index]
+            if f.any():
+                final_obs = np.full(n, None, dtype=object)
+                for pos in np.flatnonzero(f):
+                    g = int(ids[pos])
+                    final_obs[pos] = assemble(
+                        self.single_observation_space, (x[g].copy() for x in self._final_obs)
+                    )
+                final_info: dict[str, Any] = {}
+                self._table(final_info, pw.FINAL_INFO, ids, index, f)
+                info["final_obs"], info["_final_obs"] = final_obs, f.copy()
+                info["final_info"], info["_final_info"] = final_info, f.copy()
+        return info
+
+    def _table(
+        self, out: dict[str, Any], table: int, ids: np.ndarray, index: Any, only: Any
+    ) -> None:
+        """Batch info table `table` of envs `ids` into `out` (rows masked by `only` if given)."""
+        n = len(ids)
+        vals_f, sets = self._a["info_val"], self._a["info_set"]
+        vals_i = vals_f.view(np.int64)
+        for p in self._procs:
+            if not p.slots:
+                continue
+            if isinstance(index, slice):
+                rows = np.arange(p.lo, p.hi)
+                gids = rows
+            else:
+                rows = np.flatnonzero((ids >= p.lo) & (ids < p.hi))
+                gids = ids[rows]
+            if not len(rows):
+                continue
+            for slot, key in p.slots.items():
+                present = sets[table, gids, slot]
+                if only is not None:
+                    present = present & only[rows]
+                if not present.any():
+                    continue
+                vals = (vals_f if p.kinds[slot] == "f" else vals_i)[table, gids[present], slot]
+                if key not in out:
+                    out[key] = np.zeros(n, dtype=self._key_dtype[key])
+                    out["_" + key] = np.zeros(n, dtype=bool)
+                out[key][rows[present]] = vals
+                out["_" + key][rows[present]] = True
+        if self._other:
+            for pos, g in enumerate(ids.tolist()):
+                extra = self._other.pop((table, g), None)
+                if extra is not None and (only is None or only[pos]):
+                    add_info(out, extra, pos, n)
+
+    # ---- Gymnasium sync API --------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: SeedLike = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset every env (dropping async work in flight); `seed`: int (env i gets seed + i),
+        one per env, or None. `options` go to every env's `reset`."""
+        self._begin_reset(seed, options)
+        self._wait_idle()
+        self._ready, self._num_ready = [], 0
+        self._inflight[:] = False
+        self._num_inflight = 0
+        index = slice(None)
+        obs = gather(self.single_observation_space, self._obs, index)
+        return (copy_tree(obs) if self.copy else obs), self._info(self._all_ids, index, False)
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env with one action each; results in env order."""
+        self._check_usable()
+        if self._num_inflight:
+            raise RuntimeError(
+                f"{self._num_inflight} envs have async steps pending; recv() them or reset() "
+                "before step()"
+            )
+        self._act.write(actions, None, self.num_envs)
+        self._seeded = True
+        for p in self._procs:
+            self._send(p, p.ids, pw.ALL)
+        self._wait_idle()
+        self._ready, self._num_ready = [], 0
+        return self._results(self._all_ids, slice(None))
+
+    # ---- EnvPool async API ---------------------------------------------------------------------
+
+    def async_reset(self, seed: SeedLike = None) -> None:
+        """Reset every env; the first observations come out of `recv`, batch_size at a time."""
+        self._begin_reset(seed, None)
+        self._inflight[:] = True
+        self._num_inflight = self.num_envs
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step envs `env_ids` (default: all) with `actions`, one row per id, without waiting."""
+        self._check_usable()
+        ids = self._all_ids if env_ids is None else self._check_ids(env_ids)
+        if self._num_inflight and self._inflight[ids].any():
+            bad = int(ids[self._inflight[ids]][0])
+            raise ValueError(f"env id {bad} was already sent and not yet received; recv() it first")
+        self._act.write(actions, ids, len(ids))
+        self._seeded = True
+        self._inflight[ids] = True
+        self._num_inflight += len(ids)
+        if env_ids is None:
+            for p in self._procs:
+                self._send(p, p.ids, pw.ALL)
+            return
+        owner = self._owner[ids]
+        first = owner[0]
+        if (owner == first).all():
+            self._send(self._procs[first], ids, pw.STEP + ids.tobytes())
+            return
+        for k in np.unique(owner):
+            sub = ids[owner == k]
+            self._send(self._procs[k], sub, pw.STEP + sub.tobytes())
+
+    def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Wait for the first `batch_size` sent envs to finish; `info["env_id"]` names them."""
+        self._check_usable()
+        b = self.batch_size
+        if self._num_inflight == 0:
+            raise RuntimeError("recv() with nothing pending; call send() or async_reset() first")
+        if self._num_inflight < b:
+            raise RuntimeError(
+                f"recv() would wait forever: {self._num_inflight} envs are pending but batch_size "
+                f"is {b}; send() more envs first"
+            )
+        while self._num_ready < b:
+            self._pump()
+        ids = self._take_ready(b)
+        self._inflight[ids] = False
+        self._num_inflight -= b
+        return self._results(ids, ids)
+
+    def render(self) -> tuple[Any, ...] | None:
+        """Each env's `render()` (e.g. an RGB frame), in env order; None without a render_mode.
+
+        Pass `render_mode="rgb_array"` to `make` (it goes to `gymnasium.make`) to get frames.
+        Envs with async steps pending are rendered after those steps.
+        """
+        self._check_usable()
+        if self.render_mode is None:
+            return None
+        for p in self._procs:
+            p.frames = None
+            self._send(p, p.ids[:0], pw.RENDER)
+        while any(p.frames is None for p in self._procs):
+            self._pump()
+        return tuple(frame for p in self._procs for frame in p.frames or [])
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Stop the workers and free the shared memory (once no `copy=False` view holds it)."""
+        self._a, self._obs, self._final_obs = {}, [], []
+        self._act = None  # type: ignore[assignment]
+        self._finalizer()
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise RuntimeError(
+                f"the env pool is unusable after a crash; make a new one.\n{self._broken}"
+            )
+        if self.closed:
+            raise RuntimeError("the env pool is closed; make a new one")
+
+    def _begin_reset(self, seed: SeedLike, options: dict[str, Any] | None) -> None:
+        self._check_usable()
+        seeds = expand_seeds(seed, self.num_envs)
+        if not seeds and not self._seeded:
+            seeds = [self._seed + i for i in range(self.num_envs)]
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        self._wait_idle()  # drop async work in flight: a reset starts everything anew
+        self._ready, self._num_ready = [], 0
+        self._other.clear()
+        self._seeded = True
+        for p in self._procs:
+            mine = seeds[p.lo : p.hi] if seeds else None
+            self._send(p, p.ids, pw.RESET + pickle.dumps((mine, options)))
+
+    def _check_ids(self, env_ids: Any) -> np.ndarray:
+        ids = np.asarray(env_ids)
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"env_ids must be integers, got dtype {ids.dtype}")
+        if ids.ndim != 1:
+            raise ValueError(f"env_ids must be one-dimensional, got shape {ids.shape}")
+        if ids.size == 0:
+            raise ValueError("send() needs at least one env id")
+        listed, n = ids.tolist(), self.num_envs  # Python ints: cheaper than numpy for a batch
+        if min(listed) < 0 or max(listed) >= n:
+            bad = next(i for i in listed if not 0 <= i < n)
+            raise ValueError(f"env id {bad} is out of range [0, {n})")
+        if len(set(listed)) != len(listed):
+            seen: set[int] = set()
+            twice = next(i for i in listed if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+            raise ValueError(f"env id {twice} appears twice in one send()")
+        return ids.astype(np.int32)  # a copy: the caller may reuse its array

@@ -1,0 +1,297 @@
+"""The sampler: drives an env pool with a policy and fills fixed-length rollouts.
+
+Two modes:
+
+- sync: `step` all envs, then compute all their actions in one batched call. Exactly on-policy.
+- double-buffered (Sample Factory, Uber): the pool runs async with `batch_size = num_envs / 2`.
+  Each `recv` returns the half that finished first; their actions are computed and sent while the
+  other half is still stepping on the pool's threads, so env stepping and inference overlap.
+  Whatever ids `recv` returns are accepted (ALE and process pools choose them). Every env is
+  always in flight, so when the last env completes its `num_steps`, the others may have gone a
+  step or two further: those steps open the next rollout, taken by the policy of the rollout
+  that just ended (their stored log-probabilities are that policy's, as PPO's ratio needs).
+
+Observations go to the device as they come (uint8 images stay uint8 until the network); there is
+no Python loop over envs. The pool must use same-step autoreset: a truncated episode's final
+observation is then at hand to bootstrap its last reward (`r + gamma * V(final obs)`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from onebox.envs.base import EnvPool, SeedLike
+from onebox.sampling.rollout import Rollout
+
+ObsTransform = Callable[[np.ndarray, bool], np.ndarray]
+"""(observations, update statistics?) -> observations the policy sees."""
+RewardTransform = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+"""(rewards, episode ends, env ids) -> rewards the learner sees."""
+
+
+class Policy(Protocol):
+    """What the sampler needs of a policy (e.g. `onebox.nn.networks.ActorCritic`)."""
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action, log-probability, value) for a batch of observations."""
+        ...
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(obs) for a batch of observations."""
+        ...
+
+
+class EpisodeTracker:
+    """Returns and lengths of finished episodes, from the pool's info or summed here.
+
+    Pools that know the true score (Atari: the unclipped whole-game return, across lives) report
+    it as `info["episode_return"]`, `info["episode_length"]` with mask `info["_episode"]`; for
+    the others the tracker sums the rewards itself.
+    """
+
+    def __init__(self, num_envs: int) -> None:
+        self.returns = np.zeros(num_envs, np.float64)
+        self.lengths = np.zeros(num_envs, np.int64)
+        self.finished_returns: list[float] = []
+        self.finished_lengths: list[int] = []
+
+    def update(
+        self, ids: np.ndarray, rewards: np.ndarray, ends: np.ndarray, info: dict[str, Any]
+    ) -> None:
+        """Account one step of envs `ids` (an int array)."""
+        source = info if "_episode" in info else info.get("final_info", {})
+        if "_episode" in source:
+            mask = np.asarray(source["_episode"], bool)
+            if mask.any():
+                self.finished_returns += np.asarray(source["episode_return"])[mask].tolist()
+                self.finished_lengths += np.asarray(source["episode_length"])[mask].tolist()
+            return
+        self.returns[ids] += rewards
+        self.lengths[ids] += 1
+        if ends.any():
+            idx = ids[ends]
+            self.finished_returns += self.returns[idx].tolist()
+            self.finished_lengths += self.lengths[idx].tolist()
+            self.returns[idx] = 0.0
+            self.lengths[idx] = 0
+
+    def pop(self) -> tuple[list[float], list[int]]:
+        """The episodes finished since the last call."""
+        out = (self.finished_returns, self.finished_lengths)
+        self.finished_returns, self.finished_lengths = [], []
+        return out
+
+
+class Sampler:
+    """Fills `Rollout`s of `num_steps` steps from every env of `envs` with `policy`.
+
+    Args:
+        envs: a pool in same-step autoreset mode; for double buffering its `batch_size` must be
+            half its (even) `num_envs`.
+        policy: computes actions, log-probabilities and values on `device`.
+        num_steps: steps per env in each rollout.
+        device: where rollouts live and the policy runs.
+        gamma: discount, to bootstrap truncated episodes.
+        double_buffered: overlap stepping one half of the envs with inference on the other.
+        obs_transform: e.g. an observation normalizer, applied before the policy and storage.
+        reward_transform: e.g. a reward scaler, applied to what the learner sees (episode
+            statistics always use the env's own rewards).
+        timer: a `TimeSplit`-like callable; `timer("env")` and `timer("inference")` are timed.
+    """
+
+    def __init__(
+        self,
+        envs: EnvPool,
+        policy: Policy,
+        num_steps: int,
+        *,
+        device: torch.device | str = "cpu",
+        gamma: float = 0.99,
+        double_buffered: bool = False,
+        obs_transform: ObsTransform | None = None,
+        reward_transform: RewardTransform | None = None,
+        timer: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None,
+    ) -> None:
+        if envs.metadata.get("autoreset_mode") != AutoresetMode.SAME_STEP:
+            raise ValueError(
+                "the sampler needs an env pool with autoreset_mode='SameStep' (to bootstrap "
+                "truncated episodes from their final observation)"
+            )
+        n = envs.num_envs
+        if double_buffered and (n < 2 or n % 2 or envs.batch_size != n // 2):
+            raise ValueError(
+                f"double buffering needs an even num_envs >= 2 and batch_size = num_envs / 2; "
+                f"got num_envs={n}, batch_size={envs.batch_size}"
+            )
+        if not double_buffered and envs.batch_size != n:
+            raise ValueError(f"sync sampling needs batch_size = num_envs = {n}")
+        if num_steps <= 0:
+            raise ValueError(f"num_steps must be positive, got {num_steps}")
+        self.envs, self.policy, self.num_steps = envs, policy, num_steps
+        self.device = torch.device(device)
+        self.gamma = gamma
+        self.double_buffered = double_buffered
+        self.obs_transform, self.reward_transform = obs_transform, reward_transform
+        self.timer = timer or (lambda name: contextlib.nullcontext())
+        self.episodes = EpisodeTracker(n)
+
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 and obs_transform is None else None
+        if isinstance(act_space, spaces.Discrete):
+            act_shape, act_dtype = (), torch.int64
+            self._clip: tuple[np.ndarray, np.ndarray] | None = None
+        elif isinstance(act_space, spaces.Box):
+            act_shape, act_dtype = tuple(act_space.shape), torch.float32
+            self._clip = (act_space.low, act_space.high)
+        else:
+            raise ValueError(f"the sampler supports Discrete and Box actions, got {act_space}")
+        t, n = num_steps, envs.num_envs
+        # Double buffering keeps up to a second rollout of steps taken ahead, plus row T:
+        # the observation (and its value) each env is at when the rollout ends.
+        self._storage = Rollout.empty(
+            2 * t + 1 if double_buffered else t,
+            n,
+            tuple(obs_space.shape),
+            obs_dtype or torch.float32,
+            act_shape,
+            act_dtype,
+            self.device,
+        )
+        st = self._storage
+        if double_buffered:
+            self.rollout = Rollout(
+                st.obs[:t], st.actions[:t], st.logprobs[:t], st.values[:t], st.rewards[:t],
+                st.ends[:t], next_obs=st.obs[t], next_value=st.values[t],
+            )  # fmt: skip
+        else:
+            self.rollout = st
+        self._all = np.arange(n)
+        self._sent = np.zeros(n, np.int64)  # double: steps sent in this rollout, per env
+        self._fresh = np.zeros(n, bool)  # double: the next recv of this env is its reset
+        self._obs: torch.Tensor | None = None  # sync: the observations to act on
+        self._started = False
+
+    # ---- public API ---------------------------------------------------------------------------
+
+    def reset(self, seed: SeedLike = None) -> None:
+        """Reset every env (env i gets `seed + i`); the next rollout starts from there."""
+        self.episodes = EpisodeTracker(self.envs.num_envs)
+        self._started = True
+        if self.double_buffered:
+            self.envs.async_reset(seed=seed)
+            self._sent[:] = 0
+            self._fresh[:] = True
+            return
+        obs, _ = self.envs.reset(seed=seed)
+        self._obs = self._to_device(obs, update=True)
+
+    @torch.no_grad()
+    def collect(self) -> Rollout:
+        """Play `num_steps` steps in every env and return the (reused) rollout buffers."""
+        if not self._started:
+            raise RuntimeError("call Sampler.reset(seed) before collect()")
+        if self.double_buffered:
+            self._collect_double()
+            return self.rollout
+        for t in range(self.num_steps):
+            actions = self._act(t, self._all, self._obs)
+            with self.timer("env"):
+                result = self.envs.step(actions)
+            obs = self._record(np.full(self.envs.num_envs, t), self._all, result)
+            self._obs = obs
+        r = self.rollout
+        assert self._obs is not None
+        r.next_obs.copy_(self._obs)
+        with self.timer("inference"):
+            r.next_value.copy_(self.policy.value(self._obs))
+        return r
+
+    # ---- double buffering ---------------------------------------------------------------------
+
+    def _collect_double(self) -> None:
+        t = self.num_steps
+        ahead = int(self._sent.max()) - t
+        if ahead > 0:  # steps taken past the last rollout open this one
+            st = self._storage
+            for buf in (st.obs, st.actions, st.logprobs, st.values, st.rewards, st.ends):
+                buf[:ahead] = buf[t : t + ahead]
+        self._sent -= np.minimum(self._sent, t)
+        # An env's results for step s arrive when sent = s + 1; the rollout is complete when
+        # every env has sent step t (the row holding its next observation and value).
+        while self._sent.min() <= t:
+            with self.timer("env"):
+                result = self.envs.recv()
+            ids = np.asarray(result[4]["env_id"], np.int64)
+            fresh = self._fresh[ids]
+            if fresh.any():
+                if not fresh.all():
+                    raise RuntimeError("recv() mixed first observations with step results")
+                self._fresh[ids] = False
+                obs = self._to_device(result[0], update=True)
+            else:
+                obs = self._record(self._sent[ids] - 1, ids, result)
+            rows = self._sent[ids]
+            if rows.max() > 2 * t:
+                raise RuntimeError(
+                    "an env ran a whole rollout ahead of the others; the pool starves some envs"
+                )
+            actions = self._act(rows, ids, obs)
+            with self.timer("env"):
+                self.envs.send(actions, ids.astype(np.int32))
+            self._sent[ids] += 1
+
+    # ---- pieces -------------------------------------------------------------------------------
+
+    def _act(self, rows: Any, ids: np.ndarray, obs: torch.Tensor | None) -> np.ndarray:
+        """Choose actions for envs `ids` at step `rows` (an int or one per env) and store them."""
+        assert obs is not None
+        st = self._storage
+        index = (torch.as_tensor(rows), torch.as_tensor(ids))
+        with self.timer("inference"):
+            action, logprob, value = self.policy.act(obs)
+            st.obs[index] = obs
+            st.actions[index] = action
+            st.logprobs[index] = logprob
+            st.values[index] = value
+            out = action.cpu().numpy()
+        if self._clip is not None:
+            out = np.clip(out, *self._clip)
+        return out
+
+    def _record(self, rows: np.ndarray, ids: np.ndarray, result: tuple[Any, ...]) -> torch.Tensor:
+        """Store the results of step `rows` of envs `ids`; return their next observations."""
+        obs, reward, terminated, truncated, info = result
+        ends = np.logical_or(terminated, truncated)
+        self.episodes.update(ids, reward, ends, info)
+        reward = np.asarray(reward, np.float32)
+        if self.reward_transform is not None:
+            reward = self.reward_transform(reward, ends, ids)
+        cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
+        if cut.size:
+            reward = reward + self.gamma * self._final_values(info, cut)
+        st = self._storage
+        index = (torch.as_tensor(rows), torch.as_tensor(ids))
+        st.rewards[index] = torch.from_numpy(np.asarray(reward, np.float32)).to(self.device)
+        st.ends[index] = torch.from_numpy(ends).to(self.device)
+        return self._to_device(obs, update=True)
+
+    def _final_values(self, info: dict[str, Any], idx: np.ndarray) -> np.ndarray:
+        """V(final observation) of the truncated envs `idx` (positions within the batch)."""
+        final = np.stack([info["final_obs"][i] for i in idx])
+        with self.timer("inference"):
+            values = self.policy.value(self._to_device(final, update=False))
+        out = np.zeros(len(info["final_obs"]), np.float32)
+        out[idx] = values.cpu().numpy()
+        return out
+
+    def _to_device(self, obs: np.ndarray, update: bool) -> torch.Tensor:
+        if self.obs_transform is not None:
+            obs = self.obs_transform(obs, update)
+        return torch.as_tensor(obs, device=self.device)

@@ -1,0 +1,138 @@
+"""The sampler and GAE: sync and double-buffered rollouts agree, bootstrapping, episode stats."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+import onebox.envs
+from onebox.sampling import EpisodeTracker, Sampler, gae
+
+
+class PolePolicy(torch.nn.Module):
+    """Push toward the side the pole leans; value = a fixed constant. Deterministic."""
+
+    def __init__(self, value: float = 2.0) -> None:
+        super().__init__()
+        self.v = value
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        action = (obs[:, 2] > 0).long()
+        return action, torch.zeros(len(obs)), self.value(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.full((len(obs),), self.v)
+
+
+def _pool(num_envs: int, double: bool, **kwargs: object) -> onebox.envs.EnvPool:
+    return onebox.envs.make(
+        "CartPole-v1",
+        num_envs,
+        batch_size=num_envs // 2 if double else None,
+        num_threads=2,
+        seed=3,
+        autoreset_mode="SameStep",
+        **kwargs,
+    )
+
+
+def _collect(double: bool, steps: int = 40) -> dict[str, np.ndarray]:
+    with _pool(6, double) as envs:
+        sampler = Sampler(envs, PolePolicy(), steps, gamma=0.9, double_buffered=double)
+        sampler.reset(seed=3)
+        out = []
+        for _ in range(3):
+            r = sampler.collect()
+            out.append({k: getattr(r, k).clone().numpy() for k in ("obs", "actions", "rewards")})
+            out[-1]["ends"] = r.ends.numpy().copy()
+            out[-1]["next_obs"] = r.next_obs.numpy().copy()
+        returns, lengths = sampler.episodes.pop()
+    merged = {k: np.concatenate([o[k] for o in out]) for k in out[0]}
+    merged["returns"], merged["lengths"] = np.array(returns), np.array(lengths)
+    return merged
+
+
+def test_double_buffered_equals_sync_for_a_deterministic_policy() -> None:
+    sync, double = _collect(False), _collect(True)
+    for key in ("obs", "actions", "rewards", "ends", "next_obs"):
+        np.testing.assert_array_equal(sync[key], double[key], err_msg=key)
+    assert sync["ends"].any()  # episodes ended inside the rollouts
+    # Double buffering may have run a step or two past the last rollout: episodes ending there
+    # are counted already; everything sync saw, it saw too.
+    extra = Counter(double["returns"].tolist())
+    extra.subtract(Counter(sync["returns"].tolist()))
+    assert min(extra.values()) >= 0 and sum(extra.values()) <= 6
+
+
+def test_rollout_matches_stepping_the_pool_by_hand() -> None:
+    steps = 30
+    with _pool(4, False) as envs:
+        sampler = Sampler(envs, PolePolicy(), steps, gamma=0.9)
+        sampler.reset(seed=11)
+        r = sampler.collect()
+    with _pool(4, False) as envs:
+        obs, _ = envs.reset(seed=11)
+        for t in range(steps):
+            np.testing.assert_array_equal(r.obs[t].numpy(), obs)
+            action = (obs[:, 2] > 0).astype(np.int64)
+            np.testing.assert_array_equal(r.actions[t].numpy(), action)
+            obs, reward, term, trunc, _ = envs.step(action)
+            np.testing.assert_array_equal(r.rewards[t].numpy(), reward)
+            np.testing.assert_array_equal(r.ends[t].numpy(), term | trunc)
+        np.testing.assert_array_equal(r.next_obs.numpy(), obs)
+
+
+def test_truncated_steps_bootstrap_from_the_final_observation() -> None:
+    with _pool(2, False, max_episode_steps=5) as envs:
+        sampler = Sampler(envs, PolePolicy(value=2.0), 12, gamma=0.5)
+        sampler.reset(seed=0)
+        r = sampler.collect()
+    # The balancing policy never drops the pole in 5 steps: every 5th step is a truncation.
+    ends = r.ends.numpy()
+    assert ends[4].all() and ends[9].all() and ends.sum() == 4
+    expected = np.where(ends, 1.0 + 0.5 * 2.0, 1.0)
+    np.testing.assert_allclose(r.rewards.numpy(), expected)
+    returns, lengths = sampler.episodes.pop()
+    assert returns == [5.0] * 4 and lengths == [5] * 4  # the env's own rewards, not bootstrapped
+
+
+def test_sampler_rejects_pools_it_cannot_use() -> None:
+    with onebox.envs.make("CartPole-v1", 4) as envs, pytest.raises(ValueError, match="SameStep"):
+        Sampler(envs, PolePolicy(), 8)
+    with _pool(4, False) as envs, pytest.raises(ValueError, match="batch_size = num_envs / 2"):
+        Sampler(envs, PolePolicy(), 8, double_buffered=True)
+    with _pool(4, True) as envs, pytest.raises(ValueError, match="sync sampling"):
+        Sampler(envs, PolePolicy(), 8)
+    with _pool(4, False) as envs, pytest.raises(RuntimeError, match="reset"):
+        Sampler(envs, PolePolicy(), 8).collect()
+
+
+def test_episode_tracker_prefers_the_pools_own_scores() -> None:
+    tracker = EpisodeTracker(3)
+    ends = np.array([False, True, False])
+    tracker.update(np.arange(3), np.ones(3), ends, {})
+    assert tracker.pop() == ([1.0], [1])
+    info = {
+        "episode_return": np.array([0.0, 21.0, 0.0]),
+        "episode_length": np.array([0, 800, 0]),
+        "_episode": np.array([False, True, False]),
+    }
+    tracker.update(np.arange(3), np.ones(3), ends, info)
+    assert tracker.pop() == ([21.0], [800])
+
+
+def test_gae_against_hand_computed_values() -> None:
+    rewards = torch.tensor([[1.0], [0.0], [2.0]])
+    values = torch.tensor([[0.5], [1.0], [0.2]])
+    ends = torch.tensor([[False], [True], [False]])
+    next_value = torch.tensor([3.0])
+    g, lam = 0.9, 0.8
+    # t=2: delta = 2 + 0.9*3 - 0.2 = 4.5; A2 = 4.5
+    # t=1: episode ends: delta = 0 - 1 = -1; A1 = -1
+    # t=0: delta = 1 + 0.9*1.0 - 0.5 = 1.4; A0 = 1.4 + 0.9*0.8*(-1) = 0.68
+    adv, ret = gae(rewards, values, ends, next_value, g, lam)
+    np.testing.assert_allclose(adv[:, 0].numpy(), [0.68, -1.0, 4.5], rtol=1e-6)
+    np.testing.assert_allclose(ret.numpy(), (adv + values).numpy())
