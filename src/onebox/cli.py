@@ -2,6 +2,8 @@
 
     onebox envs                 list the envs
     onebox bench envs           env steps/s of onebox next to Gymnasium and EnvPool
+    onebox evolve ga|es|rs      neuroevolution (GA, ES, random search / ARS)
+    onebox bench evolve         population-evaluation frames/s
 
 Commands form a tree: a `Group` (`bench`) holds commands, a `Command` (`envs`) is a leaf with a
 config dataclass, parsed by tyro (one docstring per field becomes its `--help`), and a function
@@ -107,7 +109,7 @@ COMMANDS: dict[str, Command | Group] = {
         run="onebox.cli:list_envs",
     ),
     "bench": Group(
-        "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool).",
+        "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `evolve`.",
         {
             "envs": Command(
                 "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
