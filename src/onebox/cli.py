@@ -2,6 +2,8 @@
 
     onebox envs                 list the envs
     onebox bench envs           env steps/s of onebox next to Gymnasium and EnvPool
+    onebox evolve ga|es|rs      neuroevolution (GA, ES, random search / ARS)
+    onebox bench evolve         population-evaluation frames/s
 
 Commands form a tree: a `Group` (`bench`) holds commands, a `Command` (`envs`) is a leaf with a
 config dataclass, parsed by tyro (one docstring per field becomes its `--help`), and a function
@@ -107,12 +109,37 @@ COMMANDS: dict[str, Command | Group] = {
         run="onebox.cli:list_envs",
     ),
     "bench": Group(
-        "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool).",
+        "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `evolve`.",
         {
             "envs": Command(
                 "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
                 config="onebox.bench.envs:EnvBenchConfig",
                 run="onebox.bench.envs:run",
+            ),
+            "evolve": Command(
+                "Population-evaluation frames/s against env-only and one-at-a-time evaluation.",
+                config="onebox.bench.evolve:EvolveBenchConfig",
+                run="onebox.bench.evolve:run",
+            ),
+        },
+    ),
+    "evolve": Group(
+        "Neuroevolution: ga, es, rs.",
+        {
+            "ga": Command(
+                "Deep GA (Uber): truncation selection, elitism, Gaussian mutation.",
+                config="onebox.evo.run:GAConfig",
+                run="onebox.evo.run:run",
+            ),
+            "es": Command(
+                "OpenAI ES: antithetic pairs, centered ranks, Adam.",
+                config="onebox.evo.run:ESConfig",
+                run="onebox.evo.run:run",
+            ),
+            "rs": Command(
+                "Random search: fresh random networks or ARS.",
+                config="onebox.evo.run:RSConfig",
+                run="onebox.evo.run:run",
             ),
         },
     ),

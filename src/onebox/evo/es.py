@@ -1,0 +1,181 @@
+"""OpenAI-style evolution strategies (Salimans et al., arXiv 1703.03864).
+
+A center `theta` is perturbed by antithetic pairs `theta +- sigma * eps_k` (eps_k from seeds, so
+only seeds travel); returns are turned into centered ranks; the gradient estimate
+`sum_k (r+_k - r-_k) eps_k / P` drives Adam with weight decay. Observations are normalized with
+running statistics gathered during evaluation. The center itself plays `center_episodes` episodes
+each generation: its mean return is the reported score.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from onebox.evo.core import Adam, Algorithm, Ask, Generation, RunningNorm, centered_ranks, noise
+from onebox.evo.evaluator import EvalResult
+
+
+@dataclass
+class ESParams:
+    """ES hyperparameters (OpenAI's Atari values are the defaults of `onebox evolve es`)."""
+
+    population: int = 5000
+    """Perturbed individuals per generation (an even number: antithetic pairs)."""
+    sigma: float = 0.02
+    """Perturbation standard deviation."""
+    lr: float = 0.01
+    """Adam step size."""
+    weight_decay: float = 0.005
+    """L2 coefficient added to the (ascent) gradient."""
+    episodes: int = 1
+    """Episodes per perturbed individual."""
+    center_episodes: int = 5
+    """Episodes of the center per generation (its mean is the reported score; 0: none)."""
+    obs_norm: bool = True
+    """Normalize observations with running statistics."""
+
+
+class Antithetic(Algorithm):
+    """A center perturbed by antithetic noise pairs; subclasses turn returns into updates."""
+
+    def __init__(
+        self,
+        dim: int,
+        init: Callable[[int], torch.Tensor],
+        seed: int,
+        population: int,
+        sigma: float,
+        episodes: int,
+        center_episodes: int,
+        obs_shape: tuple[int, ...] | None,
+    ) -> None:
+        super().__init__(dim, init, seed)
+        if population < 2 or population % 2:
+            raise ValueError(f"population must be an even number >= 2, got {population}")
+        if sigma <= 0 or episodes < 1 or center_episodes < 0:
+            raise ValueError("need sigma > 0, episodes >= 1 and center_episodes >= 0")
+        self.population, self.sigma = population, sigma
+        self.episodes, self.center_episodes = episodes, center_episodes
+        self.theta = init(int(self.rng.integers(2**31)))
+        self.norm = RunningNorm(obs_shape) if obs_shape is not None else None
+        self.seeds = np.zeros(0, dtype=np.int64)
+        self.score = float("nan")
+
+    def _member(self, i: int) -> torch.Tensor:
+        if i >= self.population:
+            return self.theta
+        sign = 1.0 if i % 2 == 0 else -1.0
+        return self.theta + (sign * self.sigma) * noise(int(self.seeds[i // 2]), self.dim)
+
+    def ask(self) -> Ask:
+        """Pairs theta + sigma eps_k (even index), theta - sigma eps_k (odd), then the center."""
+        self.seeds = self.rng.integers(2**31, size=self.population // 2)
+        eps = np.full(self.population + (self.center_episodes > 0), self.episodes, dtype=np.int64)
+        if self.center_episodes:
+            eps[-1] = self.center_episodes
+        return Ask(
+            lambda idx: torch.stack([self._member(int(i)) for i in idx]),
+            eps,
+            self.env_seed(),
+            obs_norm=self.obs_norm(),
+            obs_stats=self.norm is not None,
+        )
+
+    def tell(self, result: EvalResult) -> Generation:
+        """Update the center from the pairs' returns."""
+        fitness = result.fitness()
+        pop = fitness[: self.population]
+        self.score = float(fitness[-1]) if self.center_episodes else float(pop.max())
+        extra = self.update(pop[0::2], pop[1::2])
+        if self.norm is not None and result.obs_stats is not None:
+            self.norm.update(result.obs_stats)
+        gen = Generation(self.generation, pop, self.score, extra)
+        self.generation += 1
+        return gen
+
+    @abc.abstractmethod
+    def update(self, plus: np.ndarray, minus: np.ndarray) -> dict[str, float]:
+        """Move `theta` given the returns of theta + sigma eps_k and theta - sigma eps_k."""
+
+    def weighted_noise(self, weights: np.ndarray, keep: np.ndarray | None = None) -> torch.Tensor:
+        """sum_k weights[k] * eps_k over the pairs `keep` (default: all)."""
+        total = torch.zeros(self.dim)
+        for k in range(len(self.seeds)) if keep is None else keep:
+            total += float(weights[k]) * noise(int(self.seeds[k]), self.dim)
+        return total
+
+    def best(self) -> torch.Tensor:
+        """The center."""
+        return self.theta
+
+    def obs_norm(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The running observation (mean, std), if normalizing."""
+        return self.norm.mean_std() if self.norm is not None else None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Center, normalizer, pending seeds and RNG."""
+        state = super().state_dict()
+        state.update(theta=self.theta.clone(), seeds=self.seeds.copy(), score=self.score)
+        state["norm"] = self.norm.state_dict() if self.norm is not None else None
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`."""
+        super().load_state_dict(state)
+        self.theta = state["theta"].clone()
+        self.seeds = np.asarray(state["seeds"])
+        self.score = float(state["score"])
+        if self.norm is not None:
+            self.norm.load_state_dict(state["norm"])
+
+
+class ES(Antithetic):
+    """OpenAI ES: centered ranks, Adam, weight decay, observation normalization."""
+
+    def __init__(
+        self,
+        dim: int,
+        init: Callable[[int], torch.Tensor],
+        params: ESParams,
+        seed: int,
+        obs_shape: tuple[int, ...] | None = None,
+    ) -> None:
+        super().__init__(
+            dim,
+            init,
+            seed,
+            params.population,
+            params.sigma,
+            params.episodes,
+            params.center_episodes,
+            obs_shape if params.obs_norm else None,
+        )
+        self.p = params
+        self.adam = Adam(dim, params.lr)
+
+    def update(self, plus: np.ndarray, minus: np.ndarray) -> dict[str, float]:
+        """One Adam step along the rank-weighted noise."""
+        ranks = centered_ranks(np.concatenate([plus, minus]))
+        n = len(plus)
+        grad = self.weighted_noise(ranks[:n] - ranks[n:]) / self.population
+        step = self.adam.step(-grad + self.p.weight_decay * self.theta)
+        self.theta = self.theta - step
+        return {
+            "es/grad_norm": float(grad.norm()),
+            "es/theta_norm": float(self.theta.norm()),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Adds the Adam moments."""
+        return {**super().state_dict(), "adam": self.adam.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`."""
+        super().load_state_dict(state)
+        self.adam.load_state_dict(state["adam"])

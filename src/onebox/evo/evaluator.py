@@ -1,0 +1,403 @@
+"""Population evaluation with continuous batching: K network slots over the async env engine.
+
+`PopulationEvaluator.evaluate(params, episodes, seed)` plays `episodes[i]` episodes of individual
+`i` for every individual and returns each episode's true (unclipped, summed) return.
+
+How it runs:
+- The K slots are split into two groups, each with its own engine pool whose `batch_size` is the
+  group's slot count. While the CPU steps one group's envs, the caller runs the other group's
+  networks (the pools' workers step in the background), so simulation and inference overlap.
+- Each slot plays one episode of one individual. Each step only the running slots' networks are
+  computed: running slots are kept a prefix of the group's slots, so the networks read the stacked
+  parameters in place. When an episode ends its slot is refilled at once with the next
+  (individual, episode) pair from the queue (the individual's parameters are copied into the slot;
+  its first observation is already there); with the queue empty, the last running slot moves into
+  the hole.
+- Determinism: pair j (individual-major order) always plays in an env reset with seed
+  `seed + j`, whatever K, the thread count or the timing. The engine cannot reseed one env while
+  others run, so each group's pool holds one env per queued pair: a round resets the pool with the
+  pairs' seeds (`async_reset(seeds)`), collects every first observation, then plays the pairs
+  through the group's slots. A group with more pairs than envs (`max_envs`) plays several rounds.
+  Envs with no pair left keep a group's batch full near the end of a round: they are stepped with
+  a zero action and their results are ignored (the engine's `recv` always returns `batch_size`).
+
+Frames: `frames_per_step` per env step (4 for frame-skipping Atari envs, 1 otherwise), counted for
+real episodes only. The episode cap is the env's time limit (`max_episode_steps`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+import onebox.envs
+from onebox.nn.population import Arch, PopulationNet, Precision
+from onebox.run import TimeSplit
+
+ParamSource = torch.Tensor | Callable[[np.ndarray], torch.Tensor]
+"""Individuals' flat parameters: an (N, num_params) tensor, or a function from individual indices
+to their (n, num_params) rows (so a large population need not be held in memory at once)."""
+
+
+@dataclass
+class ObsStats:
+    """Sums over observations fed to the networks, for running normalization."""
+
+    count: float
+    total: np.ndarray
+    total_sq: np.ndarray
+
+
+@dataclass
+class EvalResult:
+    """The outcome of one `evaluate` call; arrays are per (individual, episode) pair."""
+
+    returns: np.ndarray
+    """(pairs,) float64 true episode returns, individual-major."""
+    lengths: np.ndarray
+    """(pairs,) int64 env steps per episode."""
+    owner: np.ndarray
+    """(pairs,) int64 the individual each pair belongs to."""
+    frames: int
+    """Env frames these episodes used (steps x frames_per_step)."""
+    obs_stats: ObsStats | None
+    """Observation sums, when asked for."""
+
+    def fitness(self) -> np.ndarray:
+        """Mean return of each individual over its episodes."""
+        n = int(self.owner.max()) + 1 if self.owner.size else 0
+        counts = np.bincount(self.owner, minlength=n)
+        return np.bincount(self.owner, weights=self.returns, minlength=n) / np.maximum(counts, 1)
+
+
+class _Group:
+    """One slot group: a contiguous range of network slots and the engine pool behind them."""
+
+    def __init__(self, pool: Any, lo: int, size: int, obs_shape: tuple[int, ...]) -> None:
+        self.pool, self.lo, self.size = pool, lo, size
+        self.num_envs = pool.num_envs
+        dtype = pool.single_observation_space.dtype
+        self.obs = np.zeros((size, *obs_shape), dtype=dtype)
+        self.first_obs = np.zeros((self.num_envs, *obs_shape), dtype=dtype)
+        self.slot_pair = np.full(size, -1, dtype=np.int64)
+        self.slot_env = np.full(size, -1, dtype=np.int64)
+        self.env_slot = np.full(self.num_envs, -1, dtype=np.int64)
+        self.ret = np.zeros(size, dtype=np.float64)
+        self.len = np.zeros(size, dtype=np.int64)
+        self.pairs = np.zeros(0, dtype=np.int64)  # this group's pairs, in order
+        self.round_start = 0  # index in `pairs` of the current round's first pair
+        self.next = 0  # index in `pairs` of the next pair to start
+        self.running = 0  # slots [0, running) play episodes; the rest are free
+
+
+class PopulationEvaluator:
+    """Evaluates populations of networks on one env id with continuous batching.
+
+    Args:
+        env_id: a onebox env id.
+        arch: network architecture, "mlp" or "cnn".
+        hidden: hidden sizes (see `PopulationNet`).
+        num_slots: K, networks run at once (two groups of about K/2).
+        num_threads: engine worker threads per group pool (default: physical cores / 2).
+        max_episode_steps: episode cap (default: the env's time limit).
+        max_envs: most envs held in total (one per queued episode; more episodes play in rounds).
+        device: torch device for the networks.
+        precision: network dtype; reduced precision only on CUDA.
+        frames_per_step: frames counted per env step (default: the env's frame skip, else 1).
+        env_kwargs: the env's own options.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        arch: Arch = "mlp",
+        hidden: tuple[int, ...] | None = None,
+        num_slots: int = 256,
+        num_threads: int | None = None,
+        max_episode_steps: int | None = None,
+        max_envs: int = 4096,
+        device: str | torch.device = "cpu",
+        precision: Precision = "float32",
+        frames_per_step: int | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 2:
+            raise ValueError(
+                f"num_slots must be an integer >= 2 (two slot groups), got {num_slots}"
+            )
+        if not isinstance(max_envs, int) or max_envs < num_slots:
+            raise ValueError(
+                f"max_envs must be an integer >= num_slots={num_slots}, got {max_envs}"
+            )
+        backend = onebox.envs.backend_of(env_id) if isinstance(env_id, str) else None
+        if backend != "native":
+            raise ValueError(
+                f"population evaluation runs on the native engine, and {env_id!r} is "
+                f"{'not an env id' if backend is None else f'served by the {backend} backend'}: it needs envs "
+                "that may wait received-but-unsent while others run and a per-env seeded reset "
+                "(`onebox envs --backend native` lists the native envs)"
+            )
+        self.env_id = env_id
+        self.num_slots = num_slots
+        self.max_envs = max_envs
+        if num_threads is None:
+            num_threads = max(1, onebox.envs.physical_cores() // 2)
+        self.num_threads = num_threads
+        self.max_episode_steps = max_episode_steps
+        self.env_kwargs = dict(env_kwargs or {})
+        probe = self._make(1, 1, 1)
+        try:
+            self.observation_space = probe.single_observation_space
+            self.action_space = probe.single_action_space
+            kwargs = probe.spec.kwargs if probe.spec is not None else {}
+        finally:
+            probe.close()
+        skip = kwargs.get("frame_skip", kwargs.get("frameskip", 1))
+        self.frames_per_step = int(frames_per_step or (skip if isinstance(skip, int) else 1))
+        self.net = PopulationNet(
+            arch,
+            self.observation_space,
+            self.action_space,
+            num_slots,
+            hidden=hidden,
+            device=device,
+            precision=precision,
+        )
+        self.num_params = self.net.num_params
+        self.sizes = (num_slots // 2, num_slots - num_slots // 2)
+        self._groups: list[_Group] = []
+        self.frames = 0
+        """Frames used by every `evaluate` call so far (the budget's counter)."""
+        self.timing = TimeSplit()
+        """Seconds spent in the env engine ("env") and in the networks ("inference")."""
+
+    def _make(self, num_envs: int, batch_size: int, num_threads: int) -> Any:
+        kwargs = dict(self.env_kwargs)
+        if self.max_episode_steps is not None:
+            kwargs["max_episode_steps"] = self.max_episode_steps
+        return onebox.envs.make(
+            self.env_id,
+            num_envs,
+            batch_size=batch_size,
+            num_threads=num_threads,
+            copy=False,
+            **kwargs,
+        )
+
+    def _ensure_pools(self, num_pairs: int) -> None:
+        """Make (or grow, up to `max_envs`) the pools so one round holds `num_pairs` pairs."""
+        envs = []
+        for size in self.sizes:
+            want = min(max(math.ceil(num_pairs / len(self.sizes)), size), self.max_envs // 2)
+            envs.append(size * max(1, math.ceil(want / size)))
+        if self._groups and all(g.num_envs >= n for g, n in zip(self._groups, envs, strict=True)):
+            return
+        self.close()
+        lo = 0
+        for size, num_envs in zip(self.sizes, envs, strict=True):
+            pool = self._make(num_envs, size, min(self.num_threads, num_envs))
+            self._groups.append(_Group(pool, lo, size, self.net.obs_shape))
+            lo += size
+
+    @property
+    def pools(self) -> list[Any]:
+        """The engine pools of the slot groups (made by the first `evaluate`)."""
+        return [g.pool for g in self._groups]
+
+    def close(self) -> None:
+        """Close the env pools."""
+        for g in self._groups:
+            g.pool.close()
+        self._groups = []
+
+    def __enter__(self) -> PopulationEvaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- evaluate -----------------------------------------------------------------------------
+
+    def evaluate(
+        self,
+        params: ParamSource,
+        episodes: int | np.ndarray,
+        seed: int,
+        *,
+        obs_norm: tuple[np.ndarray, np.ndarray] | None = None,
+        obs_stats: bool = False,
+    ) -> EvalResult:
+        """Play `episodes` (an int or one per individual) episodes of each row of `params`.
+
+        Args:
+            params: (N, num_params) flat parameter vectors, one per individual, or a function
+                from individual indices to their rows (then `episodes` must be an array of N).
+            episodes: episodes per individual.
+            seed: pair j (individual-major) plays in an env reset with seed `seed + j`.
+            obs_norm: (mean, std) to normalize observations with, or None.
+            obs_stats: also return sums over the observations fed to the networks.
+        """
+        if callable(params):
+            if np.ndim(episodes) != 1:
+                raise ValueError(
+                    "with a parameter function, episodes must be one count per individual"
+                )
+            n = len(episodes)
+            source = params
+        else:
+            table = torch.as_tensor(params)
+            if table.ndim != 2 or table.shape[1] != self.num_params:
+                raise ValueError(
+                    f"params must have shape (N, {self.num_params}), got {tuple(table.shape)}"
+                )
+            n = table.shape[0]
+
+            def source(idx: np.ndarray) -> torch.Tensor:
+                return table[torch.from_numpy(idx)]
+
+        eps = np.broadcast_to(np.asarray(episodes), (n,))
+        if eps.dtype.kind not in "iu" or (eps < 0).any():
+            raise ValueError("episodes must be non-negative integers")
+        if not isinstance(seed, int | np.integer) or not 0 <= seed < 2**63:
+            raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+        owner = np.repeat(np.arange(n, dtype=np.int64), eps)
+        num_pairs = owner.size
+        self.net.set_obs_norm(*(obs_norm or (None, None)))
+        self._params, self._owner, self._seed = source, owner, int(seed)
+        self._returns = np.zeros(num_pairs, dtype=np.float64)
+        self._lengths = np.zeros(num_pairs, dtype=np.int64)
+        self._sums = None
+        if obs_stats:
+            if self.net.arch != "mlp":
+                raise ValueError("obs_stats needs vector observations (arch='mlp')")
+            dim = self.net.obs_shape[0]
+            self._sums = np.zeros((num_pairs, 2, dim), dtype=np.float64)
+        if num_pairs:
+            self._ensure_pools(num_pairs)
+            for g, group in enumerate(self._groups):
+                group.pairs = np.arange(g, num_pairs, len(self._groups), dtype=np.int64)
+                group.round_start = group.next = 0
+            running = [g for g in self._groups if self._start_round(g)]
+            while running:
+                running = [g for g in running if self._step(g)]
+        frames = int(self._lengths.sum()) * self.frames_per_step
+        self.frames += frames
+        stats = None
+        if self._sums is not None:
+            tot = self._sums.sum(axis=0)
+            stats = ObsStats(float(self._lengths.sum()), tot[0], tot[1])
+        return EvalResult(self._returns, self._lengths, owner, frames, stats)
+
+    def _start_round(self, g: _Group) -> bool:
+        """Reset g's pool with the next round's seeds and start its slots; False if none left."""
+        g.round_start = g.next
+        chunk = g.pairs[g.round_start : g.round_start + g.num_envs]
+        if chunk.size == 0:
+            return False
+        seeds = np.full(g.num_envs, self._seed, dtype=np.uint64)
+        seeds[: chunk.size] += chunk.astype(np.uint64)
+        with self.timing("env"):
+            g.pool.async_reset(seeds.tolist())
+            for _ in range(g.num_envs // g.size):
+                obs, *_, info = g.pool.recv()
+                g.first_obs[info["env_id"]] = obs
+        g.slot_pair[:] = -1
+        g.slot_env[:] = -1
+        g.env_slot[:] = -1
+        g.running = g.size
+        self._refill(g, np.arange(g.size))
+        spare = np.arange(chunk.size, g.num_envs, dtype=np.int64)  # envs with no pair this round
+        self._dispatch(g, spare)
+        return True
+
+    def _step(self, g: _Group) -> bool:
+        """Receive g's batch, finish and refill episodes, send the next actions; False when done."""
+        with self.timing("env"):
+            obs, rew, term, trunc, info = g.pool.recv()
+        ids = info["env_id"]
+        slot = g.env_slot[ids]
+        rows = np.flatnonzero(slot >= 0)
+        s = slot[rows]
+        g.ret[s] += rew[rows]
+        g.len[s] += 1
+        ended = term[rows] | trunc[rows]
+        cont, fin = rows[~ended], s[ended]
+        g.obs[slot[cont]] = obs[cont]
+        if fin.size:
+            pairs = g.slot_pair[fin]
+            self._returns[pairs] = g.ret[fin]
+            self._lengths[pairs] = g.len[fin]
+            g.env_slot[g.slot_env[fin]] = -1
+            g.slot_pair[fin] = -1
+            g.slot_env[fin] = -1
+            self._refill(g, np.sort(fin))
+        keep = np.ones(len(ids), dtype=bool)
+        keep[cont] = False
+        if self._dispatch(g, ids[keep].astype(np.int64)):
+            return True
+        return self._start_round(g)
+
+    def _refill(self, g: _Group, free: np.ndarray) -> None:
+        """Start the next queued pairs in the free slots `free`; keep the running slots a prefix."""
+        end = min(g.round_start + g.num_envs, g.pairs.size)
+        take = min(free.size, end - g.next)
+        if take:
+            new = free[:take]
+            envs = np.arange(g.next - g.round_start, g.next - g.round_start + take)
+            pairs = g.pairs[g.next : g.next + take]
+            g.next += take
+            g.slot_pair[new] = pairs
+            g.slot_env[new] = envs
+            g.env_slot[envs] = new
+            g.obs[new] = g.first_obs[envs]
+            g.ret[new] = 0.0
+            g.len[new] = 0
+            with self.timing("inference"):
+                self.net.set_slots(torch.from_numpy(new + g.lo), self._params(self._owner[pairs]))
+        holes = free[take:]
+        if holes.size == 0:
+            return
+        # Move the last running slots into the holes below the new end of the running prefix.
+        end = g.running - holes.size
+        dst = holes[holes < end]
+        tail = np.arange(end, g.running)
+        src = tail[g.slot_pair[tail] >= 0]
+        g.running = end
+        if dst.size == 0:
+            return
+        for a in (g.slot_pair, g.slot_env, g.ret, g.len, g.obs):
+            a[dst] = a[src]
+        g.slot_pair[src] = -1
+        g.slot_env[src] = -1
+        g.env_slot[g.slot_env[dst]] = dst
+        with self.timing("inference"):
+            self.net.move_slots(torch.from_numpy(dst + g.lo), torch.from_numpy(src + g.lo))
+
+    def _dispatch(self, g: _Group, spare: np.ndarray) -> bool:
+        """Run the running slots' networks and send a full batch; False if no slot runs."""
+        n = g.running
+        if n == 0:
+            return False
+        obs = g.obs[:n]
+        with self.timing("inference"):
+            actions = self.net.act(torch.from_numpy(obs), slice(g.lo, g.lo + n))
+        if self._sums is not None:
+            x = obs.astype(np.float64)
+            pairs = g.slot_pair[:n]
+            self._sums[pairs, 0] += x
+            self._sums[pairs, 1] += x * x
+        ids = g.slot_env[:n]
+        fill = g.size - n
+        if fill:
+            ids = np.concatenate([ids, spare[:fill]])
+            pad = np.zeros((fill, *actions.shape[1:]), dtype=actions.dtype)
+            actions = np.concatenate([actions, pad])
+        with self.timing("env"):
+            g.pool.send(actions, ids)
+        return True

@@ -1,0 +1,129 @@
+"""Random search: pure random sampling (Uber's baseline) and ARS (Mania et al., arXiv 1803.07055).
+
+`mode="random"`: every generation samples `population` fresh networks; the best seen so far is the
+solution (its score is the mean return it got).
+
+`mode="ars"`: a center perturbed by antithetic directions `theta +- sigma * delta_k`; the top
+`top_directions` directions by max(r+, r-) move it by
+`lr / (b * sigma_R) * sum_k (r+_k - r-_k) delta_k`, with sigma_R the standard deviation of those
+2b returns (ARS V2-t), with running observation normalization.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from onebox.evo.core import Algorithm, Ask, Generation
+from onebox.evo.es import Antithetic
+from onebox.evo.evaluator import EvalResult
+
+
+@dataclass
+class RSParams:
+    """Random-search hyperparameters."""
+
+    mode: Literal["random", "ars"] = "ars"
+    """'random': sample fresh networks, keep the best; 'ars': augmented random search."""
+    population: int = 100
+    """Individuals per generation (ars: an even number, 2 per direction)."""
+    sigma: float = 0.02
+    """ars: perturbation standard deviation."""
+    lr: float = 0.02
+    """ars: step size."""
+    top_directions: int = 16
+    """ars: directions used per update (b)."""
+    episodes: int = 1
+    """Episodes per individual."""
+    center_episodes: int = 5
+    """ars: episodes of the center per generation (its mean is the reported score)."""
+    obs_norm: bool = True
+    """ars: normalize observations with running statistics."""
+
+
+class ARS(Antithetic):
+    """Augmented random search (V2-t)."""
+
+    def __init__(
+        self,
+        dim: int,
+        init: Callable[[int], torch.Tensor],
+        params: RSParams,
+        seed: int,
+        obs_shape: tuple[int, ...] | None = None,
+    ) -> None:
+        super().__init__(
+            dim,
+            init,
+            seed,
+            params.population,
+            params.sigma,
+            params.episodes,
+            params.center_episodes,
+            obs_shape if params.obs_norm else None,
+        )
+        if not 1 <= params.top_directions <= params.population // 2:
+            raise ValueError(
+                f"top_directions must be in [1, population / 2], got {params.top_directions}"
+            )
+        self.p = params
+
+    def update(self, plus: np.ndarray, minus: np.ndarray) -> dict[str, float]:
+        """Step along the top directions, scaled by the spread of their returns."""
+        b = self.p.top_directions
+        top = np.argsort(-np.maximum(plus, minus), kind="stable")[:b]
+        sigma_r = float(np.concatenate([plus[top], minus[top]]).std()) or 1.0
+        step = self.weighted_noise(plus - minus, keep=top) * (self.p.lr / (b * sigma_r))
+        self.theta = self.theta + step
+        return {"ars/return_std": sigma_r, "ars/step_norm": float(step.norm())}
+
+
+class RandomSearch(Algorithm):
+    """Samples fresh networks each generation and keeps the best seen."""
+
+    def __init__(
+        self, dim: int, init: Callable[[int], torch.Tensor], params: RSParams, seed: int
+    ) -> None:
+        super().__init__(dim, init, seed)
+        if params.population < 1 or params.episodes < 1:
+            raise ValueError("random search needs population >= 1 and episodes >= 1")
+        self.p = params
+        self.seeds = np.zeros(0, dtype=np.int64)
+        self.best_seed: int | None = None
+        self.score = float("-inf")
+
+    def ask(self) -> Ask:
+        """`population` fresh networks."""
+        self.seeds = self.rng.integers(2**31, size=self.p.population)
+        return Ask(
+            lambda idx: torch.stack([self.init(int(self.seeds[i])) for i in idx]),
+            np.full(self.p.population, self.p.episodes, dtype=np.int64),
+            self.env_seed(),
+        )
+
+    def tell(self, result: EvalResult) -> Generation:
+        """Keep the best network seen so far."""
+        fitness = result.fitness()
+        i = int(np.argmax(fitness))
+        if fitness[i] > self.score:
+            self.score, self.best_seed = float(fitness[i]), int(self.seeds[i])
+        gen = Generation(self.generation, fitness, self.score)
+        self.generation += 1
+        return gen
+
+    def best(self) -> torch.Tensor:
+        """The best network seen (a fresh one before any generation)."""
+        return self.init(self.best_seed if self.best_seed is not None else 0)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Best seed and score, RNG."""
+        return {**super().state_dict(), "best_seed": self.best_seed, "score": self.score}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`."""
+        super().load_state_dict(state)
+        self.best_seed, self.score = state["best_seed"], float(state["score"])

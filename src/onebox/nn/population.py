@@ -1,0 +1,242 @@
+"""Populations of networks: many individuals of one architecture, evaluated in batched calls.
+
+A `PopulationNet` holds `num_slots` networks as stacked parameters (each layer's weights are one
+tensor with a leading slot axis). `forward(obs, slots)` runs row k of `obs` through the network in
+slot `slots[k]` with a few batched calls per layer (`torch.baddbmm` for dense layers, one grouped
+`conv2d` per conv layer), never a Python loop over individuals. An individual's parameters travel as
+one flat float32 vector (`num_params` long); `set_slots` / `get_slots` convert.
+
+Architectures: `"mlp"` (tanh hidden layers) for vector observations and `"cnn"` (the Nature DQN conv
+stack, conv 32x8x8/4, 64x4x4/2, 64x3x3/1, fc 512, ReLU, inputs scaled by 1/255) for uint8 images
+shaped (C, H, W). Discrete actions are the argmax of the outputs; continuous actions squash the
+outputs with tanh into the action bounds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+
+Arch = Literal["mlp", "cnn"]
+Precision = Literal["float32", "bfloat16", "float16"]
+Slots = slice | torch.Tensor
+
+NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+"""(channels, kernel, stride) of the Nature DQN conv layers."""
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of an individual: its weight and bias shapes (without the slot axis)."""
+
+    kind: Literal["dense", "conv"]
+    weight: tuple[int, ...]
+    bias: tuple[int, ...]
+    stride: int = 1
+
+
+def _layers(arch: Arch, obs_shape: tuple[int, ...], hidden: tuple[int, ...], out: int) -> list:
+    if arch == "mlp":
+        if len(obs_shape) != 1:
+            raise ValueError(
+                f"the mlp takes flat observations, got shape {obs_shape}; use arch='cnn' for images"
+            )
+        sizes = (obs_shape[0], *hidden, out)
+        return [Layer("dense", (a, b), (b,)) for a, b in itertools.pairwise(sizes)]
+    if arch == "cnn":
+        if len(obs_shape) != 3:
+            raise ValueError(f"the cnn takes (C, H, W) images, got observation shape {obs_shape}")
+        c, h, w = obs_shape
+        layers = []
+        for channels, k, s in NATURE_CONVS:
+            if h < k or w < k:
+                raise ValueError(f"observation {obs_shape} is too small for the Nature CNN")
+            layers.append(Layer("conv", (channels, c, k, k), (channels,), s))
+            c, h, w = channels, (h - k) // s + 1, (w - k) // s + 1
+        flat = c * h * w
+        if len(hidden) != 1:
+            raise ValueError(f"the cnn takes one hidden size (its fc layer), got {hidden}")
+        fc = hidden[0]
+        layers += [Layer("dense", (flat, fc), (fc,)), Layer("dense", (fc, out), (out,))]
+        return layers
+    raise ValueError(f"arch must be 'mlp' or 'cnn', got {arch!r}")
+
+
+def _dtype(precision: Precision, device: torch.device) -> torch.dtype:
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if precision not in table:
+        raise ValueError(f"precision must be one of {', '.join(table)}, got {precision!r}")
+    if precision != "float32" and device.type != "cuda":
+        raise ValueError(f"precision={precision!r} needs a CUDA device; use float32 on the CPU")
+    return table[precision]
+
+
+class PopulationNet:
+    """`num_slots` networks of one architecture, stored as stacked parameters.
+
+    Args:
+        arch: "mlp" or "cnn".
+        observation_space: a Box of floats (mlp) or of uint8 (C, H, W) images (cnn).
+        action_space: Discrete (argmax of outputs) or Box (tanh squashed into the bounds).
+        num_slots: individuals held at once.
+        hidden: mlp hidden sizes (default (64, 64)); for the cnn, `(fc,)` (default (512,)).
+        device: torch device.
+        precision: parameter and compute dtype; "bfloat16"/"float16" only on CUDA.
+    """
+
+    def __init__(
+        self,
+        arch: Arch,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        num_slots: int,
+        *,
+        hidden: tuple[int, ...] | None = None,
+        device: str | torch.device = "cpu",
+        precision: Precision = "float32",
+    ) -> None:
+        if not isinstance(observation_space, spaces.Box):
+            raise TypeError(f"observations must be a Box space, got {observation_space}")
+        if isinstance(action_space, spaces.Discrete):
+            self.discrete, out = True, int(action_space.n)
+            self.action_shape: tuple[int, ...] = ()
+        elif isinstance(action_space, spaces.Box):
+            self.discrete, out = False, int(np.prod(action_space.shape))
+            self.action_shape = tuple(action_space.shape)
+        else:
+            raise TypeError(f"actions must be Discrete or Box, got {action_space}")
+        if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots <= 0:
+            raise ValueError(f"num_slots must be a positive integer, got {num_slots!r}")
+        if hidden is None:
+            hidden = (512,) if arch == "cnn" else (64, 64)
+        if any(not isinstance(h, int) or h <= 0 for h in hidden):
+            raise ValueError(f"hidden sizes must be positive integers, got {hidden!r}")
+        self.arch = arch
+        self.obs_shape = tuple(observation_space.shape)
+        self.num_slots = num_slots
+        self.device = torch.device(device)
+        self.dtype = _dtype(precision, self.device)
+        self.layers: list[Layer] = _layers(arch, self.obs_shape, tuple(hidden), out)
+        self.num_params = sum(math.prod(lay.weight) + math.prod(lay.bias) for lay in self.layers)
+        self.weights = [
+            torch.zeros((num_slots, *lay.weight), device=self.device, dtype=self.dtype)
+            for lay in self.layers
+        ]
+        self.biases = [
+            torch.zeros((num_slots, *lay.bias), device=self.device, dtype=self.dtype)
+            for lay in self.layers
+        ]
+        self._bias3 = [b.unsqueeze(1) for b in self.biases]  # (slots, 1, out) views for baddbmm
+        self._tensors = [t for pair in zip(self.weights, self.biases, strict=True) for t in pair]
+        self._sizes = [math.prod(t.shape[1:]) for t in self._tensors]
+        self.obs_mean: torch.Tensor | None = None
+        self.obs_std: torch.Tensor | None = None
+        if not self.discrete:
+            low = torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)
+            high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)
+            self._act_mid = ((high + low) / 2).to(self.device)
+            self._act_half = ((high - low) / 2).to(self.device)
+
+    # ---- parameters ---------------------------------------------------------------------------
+
+    def init_params(self, seed: int) -> torch.Tensor:
+        """A fresh individual from `seed`: weights N(0, 1/fan_in), zero biases (float32, CPU)."""
+        gen = torch.Generator().manual_seed(int(seed))
+        parts = []
+        for lay in self.layers:
+            fan_in = math.prod(lay.weight[1:]) if lay.kind == "conv" else lay.weight[0]
+            w = torch.randn(math.prod(lay.weight), generator=gen) / math.sqrt(fan_in)
+            parts += [w, torch.zeros(math.prod(lay.bias))]
+        return torch.cat(parts)
+
+    def set_slots(self, slots: Slots, flat: torch.Tensor) -> None:
+        """Load flat parameter vectors `flat` (n, num_params) into slots `slots` (n of them)."""
+        flat = torch.as_tensor(flat)
+        if flat.ndim != 2 or flat.shape[1] != self.num_params:
+            raise ValueError(
+                f"parameters must have shape (n, {self.num_params}), got {tuple(flat.shape)}"
+            )
+        flat = flat.to(self.device, self.dtype, non_blocking=True)
+        for t, part in zip(self._tensors, torch.split(flat, self._sizes, dim=1), strict=True):
+            t[slots] = part.reshape(-1, *t.shape[1:])
+
+    def move_slots(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Copy the networks in slots `src` into slots `dst` (disjoint index tensors)."""
+        for t in self._tensors:
+            t[dst] = t[src]
+
+    def get_slots(self, slots: Slots) -> torch.Tensor:
+        """The flat parameter vectors (n, num_params) of `slots`, as float32 on the CPU."""
+        return torch.cat([t[slots].flatten(1) for t in self._tensors], dim=1).float().cpu()
+
+    def set_obs_norm(self, mean: np.ndarray | None, std: np.ndarray | None) -> None:
+        """Normalize observations as clip((obs - mean) / std, -5, 5) before the network (mlp)."""
+        if mean is None or std is None:
+            self.obs_mean = self.obs_std = None
+            return
+        if np.shape(mean) != self.obs_shape or np.shape(std) != self.obs_shape:
+            raise ValueError(f"obs mean and std must have shape {self.obs_shape}")
+        self.obs_mean = torch.as_tensor(mean, dtype=torch.float32, device=self.device)
+        self.obs_std = torch.as_tensor(std, dtype=torch.float32, device=self.device)
+
+    # ---- forward ------------------------------------------------------------------------------
+
+    def forward(self, obs: torch.Tensor | np.ndarray, slots: Slots) -> torch.Tensor:
+        """Outputs (n, out) of slot `slots[k]`'s network on `obs[k]`; `slots` a slice or indices.
+
+        A slice of slots reads the stacked parameters in place; an index tensor gathers them.
+        (No autograd: the parameters never require gradients.)
+        """
+        x = torch.as_tensor(obs, device=self.device)
+        n = x.shape[0]
+        if isinstance(slots, slice):
+            if len(range(*slots.indices(self.num_slots))) != n:
+                raise ValueError(f"got {n} observations for slots {slots}")
+        else:
+            slots = torch.as_tensor(slots, device=self.device)
+            if slots.shape != (n,):
+                raise ValueError(f"got {n} observations for {tuple(slots.shape)} slots")
+        if x.shape[1:] != self.obs_shape:
+            raise ValueError(f"observations must have shape (n, {self.obs_shape}), got {x.shape}")
+        if self.arch == "cnn":
+            x = x.to(self.dtype) / 255.0
+        else:
+            if self.obs_mean is not None:
+                x = ((x.float() - self.obs_mean) / self.obs_std).clamp_(-5.0, 5.0)
+            x = x.to(self.dtype)
+        last = len(self.layers) - 1
+        for k, lay in enumerate(self.layers):
+            w = self.weights[k][slots]
+            if lay.kind == "dense":
+                if x.ndim != 3:
+                    x = x.reshape(n, 1, -1)
+                x = torch.baddbmm(self._bias3[k][slots], x, w)
+                if k < last:
+                    x = torch.relu_(x) if self.arch == "cnn" else torch.tanh_(x)
+            else:
+                b = self.biases[k][slots]
+                c = x.shape[1]
+                y = F.conv2d(
+                    x.reshape(1, n * c, *x.shape[2:]),
+                    w.reshape(n * w.shape[1], *w.shape[2:]),
+                    b.reshape(-1),
+                    stride=lay.stride,
+                    groups=n,
+                )
+                x = torch.relu_(y.reshape(n, -1, *y.shape[2:]))
+        return x.reshape(n, -1).float()
+
+    def act(self, obs: torch.Tensor | np.ndarray, slots: Slots) -> np.ndarray:
+        """Actions (numpy) of slot `slots[k]`'s network on `obs[k]`."""
+        out = self.forward(obs, slots)
+        if self.discrete:
+            return out.argmax(dim=1).cpu().numpy()
+        a = torch.tanh(out) * self._act_half + self._act_mid
+        return a.cpu().numpy().reshape(len(a), *self.action_shape)

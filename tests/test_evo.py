@@ -1,0 +1,341 @@
+"""Neuroevolution: population networks, the population evaluator, GA/ES/RS, runs and resume."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+
+import onebox.envs
+from onebox.cli import main
+from onebox.evo.core import centered_ranks
+from onebox.evo.es import ES, ESParams
+from onebox.evo.evaluator import PopulationEvaluator
+from onebox.evo.ga import GA, GAParams, rebuild
+from onebox.evo.run import ESConfig, GAConfig, RSConfig, load_policy, run
+from onebox.nn.population import PopulationNet
+from onebox.run import load_checkpoint, load_config
+
+torch.set_num_threads(1)
+
+
+# ---- population networks ---------------------------------------------------------------------
+
+
+def _mlp_reference(net: PopulationNet, flat: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+    """One individual's MLP forward, layer by layer with F.linear."""
+    x, off = obs, 0
+    for k, lay in enumerate(net.layers):
+        n_in, n_out = lay.weight
+        w = flat[off : off + n_in * n_out].reshape(n_in, n_out)
+        b = flat[off + n_in * n_out : off + n_in * n_out + n_out]
+        off += n_in * n_out + n_out
+        x = F.linear(x, w.T, b)
+        if k < len(net.layers) - 1:
+            x = torch.tanh(x)
+    return x
+
+
+def test_mlp_forward_on_slot_subsets_matches_each_network_alone() -> None:
+    net = PopulationNet("mlp", spaces.Box(-1, 1, (5,)), spaces.Discrete(3), 7, hidden=(8, 6))
+    flats = torch.stack([net.init_params(i) for i in range(7)])
+    flats[:, -3:] = torch.randn(7, 3)  # non-zero output biases
+    net.set_slots(slice(None), flats)
+    assert torch.equal(net.get_slots(slice(None)), flats)
+    obs = torch.randn(4, 5)
+    for slots in (slice(2, 6), torch.tensor([6, 0, 3, 3])):
+        out = net.forward(obs, slots)
+        ids = range(2, 6) if isinstance(slots, slice) else slots.tolist()
+        ref = torch.stack([_mlp_reference(net, flats[i], obs[k]) for k, i in enumerate(ids)])
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+        assert np.array_equal(net.act(obs.numpy(), slots), ref.argmax(1).numpy())
+
+
+def test_cnn_forward_matches_per_network_convolutions() -> None:
+    obs_space = spaces.Box(0, 255, (2, 40, 40), dtype=np.uint8)
+    net = PopulationNet("cnn", obs_space, spaces.Discrete(4), 3, hidden=(16,))
+    flats = torch.stack([net.init_params(10 + i) for i in range(3)])
+    net.set_slots(slice(None), flats)
+    obs = torch.randint(0, 256, (3, 2, 40, 40), dtype=torch.uint8)
+    slots = torch.tensor([2, 0, 1])
+    out = net.forward(obs, slots)
+    for k, i in enumerate(slots.tolist()):
+        x, off = obs[k : k + 1].float() / 255.0, 0
+        for j, lay in enumerate(net.layers):
+            nw, nb = math.prod(lay.weight), math.prod(lay.bias)
+            w = flats[i, off : off + nw].reshape(lay.weight)
+            b = flats[i, off + nw : off + nw + nb]
+            off += nw + nb
+            if lay.kind == "conv":
+                x = torch.relu(F.conv2d(x, w, b, stride=lay.stride))
+            else:
+                x = F.linear(x.flatten(1), w.T, b)
+                x = torch.relu(x) if j < len(net.layers) - 1 else x
+        torch.testing.assert_close(out[k], x[0], rtol=1e-4, atol=1e-5)
+
+
+def test_continuous_actions_stay_in_bounds() -> None:
+    act = spaces.Box(np.array([-2.0, 0.0]), np.array([2.0, 1.0]))
+    net = PopulationNet("mlp", spaces.Box(-1, 1, (3,)), act, 4)
+    net.set_slots(slice(None), 10 * torch.stack([net.init_params(i) for i in range(4)]))
+    a = net.act(np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32), slice(0, 4))
+    assert a.shape == (4, 2)
+    assert (a[:, 0] >= -2).all() and (a[:, 0] <= 2).all() and (a[:, 1] >= 0).all()
+
+
+def test_population_net_rejects_bad_input() -> None:
+    box, disc = spaces.Box(-1, 1, (4,)), spaces.Discrete(2)
+    with pytest.raises(ValueError, match="CUDA"):
+        PopulationNet("mlp", box, disc, 2, precision="bfloat16")
+    with pytest.raises(ValueError, match="num_slots"):
+        PopulationNet("mlp", box, disc, 0)
+    with pytest.raises(ValueError, match="cnn"):
+        PopulationNet("mlp", spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8), disc, 2)
+    net = PopulationNet("mlp", box, disc, 2)
+    with pytest.raises(ValueError, match="shape"):
+        net.set_slots(slice(0, 1), torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="observations"):
+        net.forward(torch.zeros(2, 4), slice(0, 1))
+
+
+# ---- evaluator ---------------------------------------------------------------------------------
+
+
+def _random_population(ev: PopulationEvaluator, n: int) -> torch.Tensor:
+    return torch.stack([ev.net.init_params(100 + i) for i in range(n)])
+
+
+def test_returns_are_true_episode_returns_with_per_pair_seeds() -> None:
+    with PopulationEvaluator("CartPole-v1", num_slots=4, num_threads=1, max_envs=8) as ev:
+        params = _random_population(ev, 5)
+        result = ev.evaluate(params, 2, seed=7)
+    net = PopulationNet("mlp", ev.observation_space, ev.action_space, 1)
+    env = onebox.envs.make("CartPole-v1", num_envs=1, num_threads=1)
+    for j in range(10):
+        net.set_slots(slice(0, 1), params[j // 2 : j // 2 + 1])
+        obs, _ = env.reset(seed=7 + j)
+        total, steps = 0.0, 0
+        while True:
+            obs, r, term, trunc, _ = env.step(net.act(obs, slice(0, 1)))
+            total, steps = total + r[0], steps + 1
+            if term[0] or trunc[0]:
+                break
+        assert result.returns[j] == total and result.lengths[j] == steps
+    env.close()
+    assert result.frames == result.lengths.sum()
+    assert np.allclose(result.fitness(), result.returns.reshape(5, 2).mean(1))
+
+
+def test_fitness_is_the_same_whatever_slots_threads_and_rounds() -> None:
+    runs = []
+    for slots, threads, max_envs in ((2, 1, 2), (6, 2, 8), (64, 1, 4096), (17, 2, 20)):
+        with PopulationEvaluator(
+            "CartPole-v1", num_slots=slots, num_threads=threads, max_envs=max_envs
+        ) as ev:
+            params = _random_population(ev, 30)
+            episodes = np.arange(30) % 3 + 1
+            r = ev.evaluate(params, episodes, seed=11, obs_stats=True)
+            runs.append((r.returns, r.lengths, r.obs_stats.total, r.obs_stats.total_sq))
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other, strict=True):
+            assert np.array_equal(a, b)
+
+
+def test_episode_cap_and_frame_counting() -> None:
+    with PopulationEvaluator("Pendulum-v1", num_slots=8, num_threads=1, max_episode_steps=30) as ev:
+        r = ev.evaluate(_random_population(ev, 6), 1, seed=0)
+        assert (r.lengths == 30).all() and r.frames == 180 and ev.frames == 180
+        r = ev.evaluate(_random_population(ev, 2), 1, seed=1)
+        assert ev.frames == 240
+
+
+def test_evaluator_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="num_slots"):
+        PopulationEvaluator("CartPole-v1", num_slots=1)
+    with pytest.raises(ValueError, match="native"):
+        PopulationEvaluator("NoSuchEnv-v0")
+    with PopulationEvaluator("CartPole-v1", num_slots=2, num_threads=1) as ev:
+        with pytest.raises(ValueError, match="params"):
+            ev.evaluate(torch.zeros(3, 5), 1, seed=0)
+        with pytest.raises(ValueError, match="seed"):
+            ev.evaluate(_random_population(ev, 2), 1, seed=-1)
+        with pytest.raises(ValueError, match="episodes"):
+            ev.evaluate(_random_population(ev, 2), -1, seed=0)
+
+
+# ---- algorithms ------------------------------------------------------------------------------
+
+
+def test_centered_ranks() -> None:
+    assert np.allclose(centered_ranks(np.array([3.0, -1.0, 10.0])), [0.0, -0.5, 0.5])
+
+
+def test_ga_genome_rebuilt_from_seeds_is_bit_identical() -> None:
+    with PopulationEvaluator("CartPole-v1", num_slots=16, num_threads=1) as ev:
+        init = ev.net.init_params
+        params = GAParams(population=16, truncation=4, sigma=0.05, elite_candidates=2)
+        ga = GA(ev.num_params, init, params, seed=3)
+        for _ in range(8):
+            ask = ga.ask()
+            ga.tell(ev.evaluate(ask.params, ask.episodes, ask.seed))
+    assert ga.generation == 4
+    deep = [g for g in ga.genomes if len(g) >= 4]
+    assert deep, "after 4 generations children carry 4 seeds"
+    for genome in deep:
+        assert torch.equal(ga.weights(genome), rebuild(genome, init, params.sigma))
+    restored = GA(ev.num_params, init, params, seed=99)
+    restored.load_state_dict(ga.state_dict())
+    assert torch.equal(restored.best(), ga.best())
+    assert restored.genomes == ga.genomes
+
+
+def test_ga_without_elite_reevaluation_takes_the_top_individual() -> None:
+    with PopulationEvaluator("CartPole-v1", num_slots=8, num_threads=1) as ev:
+        params = GAParams(population=8, truncation=2, sigma=0.05, elite_candidates=0)
+        ga = GA(ev.num_params, ev.net.init_params, params, seed=0)
+        ask = ga.ask()
+        result = ev.evaluate(ask.params, ask.episodes, ask.seed)
+        first = list(ga.genomes)
+        gen = ga.tell(result)
+    assert gen is not None and gen.score == result.fitness().max()
+    assert ga.elite == first[int(np.argmax(result.fitness()))] == ga.genomes[0]
+    assert all(len(g) == 2 and g[:1] in ga.parents for g in ga.genomes[1:])
+
+
+def _metric(run_dir: Path, tag: str) -> list[float]:
+    with open(run_dir / "metrics.csv") as f:
+        return [float(r["value"]) for r in csv.DictReader(f) if r["tag"] == tag]
+
+
+def _common(tmp_path: Path, name: str) -> dict:
+    return dict(runs_dir=tmp_path, name=name, progress=False, num_threads=1, num_slots=32)
+
+
+def test_ga_solves_cartpole(tmp_path: Path) -> None:
+    config = GAConfig(
+        population=48,
+        truncation=8,
+        sigma=0.05,
+        elite_candidates=4,
+        elite_episodes=10,
+        generations=15,
+        frame_budget=300_000,
+        **_common(tmp_path, "ga"),
+    )
+    assert run(config) == 0
+    scores = _metric(tmp_path / "ga", "fitness/score")
+    assert scores[-1] == 500.0
+    assert (tmp_path / "ga" / "curve.png").stat().st_size > 0
+    policy = load_policy(tmp_path / "ga", load_config(tmp_path / "ga"))
+    env = onebox.envs.make("CartPole-v1", num_envs=4, seed=12345)
+    obs, _ = env.reset()
+    total, alive = np.zeros(4), np.ones(4, dtype=bool)
+    for _ in range(500):
+        obs, r, term, trunc, _ = env.step(policy(obs))
+        total += r * alive
+        alive &= ~(term | trunc)
+    env.close()
+    assert total.mean() > 400
+
+
+def test_es_solves_cartpole(tmp_path: Path) -> None:
+    config = ESConfig(
+        population=48,
+        sigma=0.05,
+        lr=0.05,
+        weight_decay=0.0,
+        center_episodes=5,
+        generations=25,
+        frame_budget=400_000,
+        **_common(tmp_path, "es"),
+    )
+    run(config)
+    assert max(_metric(tmp_path / "es", "fitness/score")) == 500.0
+
+
+def test_ars_solves_cartpole(tmp_path: Path) -> None:
+    config = RSConfig(
+        mode="ars",
+        population=48,
+        sigma=0.05,
+        lr=0.05,
+        top_directions=8,
+        generations=25,
+        frame_budget=400_000,
+        **_common(tmp_path, "ars"),
+    )
+    run(config)
+    assert max(_metric(tmp_path / "ars", "fitness/score")) == 500.0
+
+
+def test_es_improves_pendulum() -> None:
+    with PopulationEvaluator("Pendulum-v1", num_slots=32, num_threads=1) as ev:
+        es = ES(
+            ev.num_params,
+            ev.net.init_params,
+            ESParams(population=32, sigma=0.1, lr=0.05, weight_decay=0.0, center_episodes=4),
+            seed=0,
+            obs_shape=ev.net.obs_shape,
+        )
+        means = []
+        for _ in range(20):
+            ask = es.ask()
+            r = ev.evaluate(
+                ask.params, ask.episodes, ask.seed, obs_norm=ask.obs_norm, obs_stats=True
+            )
+            means.append(es.tell(r).fitness.mean())
+    assert np.mean(means[-4:]) > np.mean(means[:4]) + 100
+
+
+# ---- runs ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ["ga", "es"])
+def test_resumed_run_equals_uninterrupted_run(tmp_path: Path, algo: str) -> None:
+    cls, extra = {
+        "ga": (GAConfig, dict(population=24, truncation=4, sigma=0.05, elite_candidates=3)),
+        "es": (ESConfig, dict(population=24, sigma=0.05, lr=0.05, center_episodes=2)),
+    }[algo]
+    run(cls(generations=4, **extra, **_common(tmp_path, "whole")))
+    run(cls(generations=2, **extra, **_common(tmp_path, "part")))
+    run(cls(generations=4, resume=tmp_path / "part", **extra, **_common(tmp_path, "ignored")))
+    for tag in ("fitness/score", "fitness/mean", "charts/frames"):
+        assert _metric(tmp_path / "whole", tag) == _metric(tmp_path / "part", tag)
+    a, b = load_checkpoint(tmp_path / "whole"), load_checkpoint(tmp_path / "part")
+    assert a["frames"] == b["frames"] and torch.equal(a["best"], b["best"])
+    assert a["algo"]["rng"] == b["algo"]["rng"] and a["algo"]["generation"] == 4
+
+
+def test_cli_evolve_rs_random(tmp_path: Path) -> None:
+    code = main(
+        [
+            "evolve", "rs", "--mode", "random", "--population", "16", "--generations", "2",
+            "--num-slots", "8", "--num-threads", "1", "--runs-dir", str(tmp_path),
+            "--name", "rs", "--progress", "False",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    assert len(_metric(tmp_path / "rs", "fitness/best")) == 2
+    run(RSConfig(mode="random", population=8, frame_budget=1, **_common(tmp_path, "budget")))
+    frames = _metric(tmp_path / "budget", "charts/frames")
+    assert len(frames) == 1 and frames[0] == load_checkpoint(tmp_path / "budget")["frames"] > 0
+    assert main(["evolve", "ga", "--generations", "0", "--runs-dir", str(tmp_path)]) == 2
+
+
+def test_bench_evolve_writes_a_section(tmp_path: Path) -> None:
+    out = tmp_path / "bench.md"
+    code = main(
+        [
+            "bench", "evolve", "--population", "40", "--num-slots", "16", "--seconds", "0.2",
+            "--output", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    text = out.read_text()
+    assert "bench:evolve:CartPole-v1" in text and "one at a time" in text
