@@ -56,8 +56,16 @@ def test_pong_run_logs_checkpoints_and_evaluates(tmp_path: Path) -> None:
                     "--sampler", "double")  # fmt: skip
     config = json.loads((run_dir / "config.json").read_text())["config"]
     assert config["preset"] == "atari" and config["clip_coef"] == 0.1 and config["num_envs"] == 8
-    for tag in ("losses/approx_kl", "losses/clipfrac", "losses/explained_variance",
-                "charts/SPS", "charts/learning_rate", "time/env", "time/inference", "time/learn"):
+    for tag in (
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+        "charts/SPS",
+        "charts/learning_rate",
+        "time/env",
+        "time/inference",
+        "time/learn",
+    ):
         assert [s for s, _ in metric(run_dir, tag)] == [128, 256], tag  # fmt: skip
     state = run.load_checkpoint(run_dir)
     assert state["global_step"] == 256 and state["iteration"] == 2
@@ -143,7 +151,10 @@ def test_ctrl_c_saves_a_checkpoint_and_exits(tmp_path: Path) -> None:
         (["--env", "CartPol-v1"], "Did you mean"),
         (["--env-options", "sutton_barto_rewad", "True"], "no option 'sutton_barto_rewad'"),
         (["--sampler", "double", "--num-envs", "3"], "even --num-envs"),
-        (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
+        (
+            ["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"],
+            "device",
+        ),
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message) -> None:
@@ -209,3 +220,13 @@ def test_resume_requires_a_run_folder(tmp_path: Path, capsys) -> None:
     assert "not a run folder" in capsys.readouterr().err
     os.makedirs(tmp_path / "x")
     assert cli.main(["eval", str(tmp_path / "x")]) == 2
+
+
+def test_bench_train_measures_both_samplers(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "bench.md"
+    argv = ["bench", "train", "--env", "CartPole-v1", "--iterations", "1", "--output", str(out)]
+    assert cli.main(argv) == 0
+    text = out.read_text()
+    assert "<!-- bench:train:CartPole-v1 -->" in text
+    assert "| sync |" in text and "| double |" in text
+    assert cli.main(["bench", "train", "--iterations", "0"]) == 2

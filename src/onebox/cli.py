@@ -1,7 +1,10 @@
 """The `onebox` command line.
 
     onebox envs                 list the envs
+    onebox train ppo            train an agent; `onebox train --resume RUN` continues a run
+    onebox eval RUN             play a run's policy, optionally to a video
     onebox bench envs           env steps/s of onebox next to Gymnasium and EnvPool
+    onebox bench train          PPO steps/s, sync and double-buffered
     onebox evolve ga|es|rs      neuroevolution (GA, ES, random search / ARS)
     onebox bench evolve         population-evaluation frames/s
 
@@ -109,12 +112,17 @@ COMMANDS: dict[str, Command | Group] = {
         run="onebox.cli:list_envs",
     ),
     "bench": Group(
-        "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `evolve`.",
+        "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `train`, `evolve`.",
         {
             "envs": Command(
                 "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
                 config="onebox.bench.envs:EnvBenchConfig",
                 run="onebox.bench.envs:run",
+            ),
+            "train": Command(
+                "PPO env steps/s, sync and double-buffered, with the time split.",
+                config="onebox.bench.train:TrainBenchConfig",
+                run="onebox.bench.train:run",
             ),
             "evolve": Command(
                 "Population-evaluation frames/s against env-only and one-at-a-time evaluation.",

@@ -229,14 +229,9 @@ class Sampler:
             with self.timer("env"):
                 result = self.envs.recv()
             ids = np.asarray(result[4]["env_id"], np.int64)
-            fresh = self._fresh[ids]
-            if fresh.any():
-                if not fresh.all():
-                    raise RuntimeError("recv() mixed first observations with step results")
-                self._fresh[ids] = False
-                obs = self._to_device(result[0], update=True)
-            else:
-                obs = self._record(self._sent[ids] - 1, ids, result)
+            fresh = self._fresh[ids]  # their first observation after async_reset()
+            self._fresh[ids] = False
+            obs = self._record(self._sent[ids] - 1, ids, result, keep=~fresh)
             rows = self._sent[ids]
             if rows.max() > 2 * t:
                 raise RuntimeError(
@@ -265,17 +260,29 @@ class Sampler:
             out = np.clip(out, *self._clip)
         return out
 
-    def _record(self, rows: np.ndarray, ids: np.ndarray, result: tuple[Any, ...]) -> torch.Tensor:
-        """Store the results of step `rows` of envs `ids`; return their next observations."""
+    def _record(
+        self, rows: np.ndarray, ids: np.ndarray, result: tuple[Any, ...], keep: Any = None
+    ) -> torch.Tensor:
+        """Store the results of step `rows` of envs `ids` (only where `keep`, if given: the
+        others are first observations, not results); return all the next observations."""
         obs, reward, terminated, truncated, info = result
         ends = np.logical_or(terminated, truncated)
-        self.episodes.update(ids, reward, ends, info)
         reward = np.asarray(reward, np.float32)
+        if keep is not None and not keep.all():
+            if not keep.any():
+                return self._to_device(obs, update=True)
+            rows, ids, reward, ends = rows[keep], ids[keep], reward[keep], ends[keep]
+            terminated, truncated = np.asarray(terminated)[keep], np.asarray(truncated)[keep]
+            positions = np.flatnonzero(keep)
+        else:
+            positions = None
+        self.episodes.update(ids, reward, ends, info)
         if self.reward_transform is not None:
             reward = self.reward_transform(reward, ends, ids)
         cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
         if cut.size:
-            reward = reward + self.gamma * self._final_values(info, cut)
+            values = self._final_values(info, cut if positions is None else positions[cut])
+            reward = reward + self.gamma * (values if positions is None else values[positions])
         st = self._storage
         index = (torch.as_tensor(rows), torch.as_tensor(ids))
         st.rewards[index] = torch.from_numpy(np.asarray(reward, np.float32)).to(self.device)
