@@ -230,3 +230,13 @@ def test_bench_train_measures_both_samplers(tmp_path: Path, capsys) -> None:
     assert "<!-- bench:train:CartPole-v1 -->" in text
     assert "| sync |" in text and "| double |" in text
     assert cli.main(["bench", "train", "--iterations", "0"]) == 2
+
+
+def test_train_help_documents_every_field(capsys) -> None:
+    import dataclasses
+
+    assert cli.main(["train", "ppo", "--help"]) == 0
+    out = capsys.readouterr().out
+    for field in dataclasses.fields(ppo.Config):
+        assert "--" + field.name.replace("_", "-") in out, field.name
+    assert "Surrogate clipping coefficient" in out

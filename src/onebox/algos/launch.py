@@ -44,7 +44,8 @@ def play(
     policy: Any, envs: Any, episodes: int, seed: int, record: bool = False
 ) -> tuple[list[float], list[int], list[np.ndarray]]:
     """Play `episodes` episodes on a one-env pool; returns, lengths and (if `record`) the
-    frames of the first episode from `envs.render()` (one frame per env)."""
+    frames of the first episode: `envs.render()` when the pool renders, else the newest frame
+    of each image observation (what the agent sees, e.g. Atari's 84x84 grayscale)."""
     from onebox.sampling import EpisodeTracker
 
     tracker = EpisodeTracker(1)
@@ -52,10 +53,17 @@ def play(
     obs, _ = envs.reset(seed=seed)
     while len(tracker.finished_returns) < episodes:
         if record and not tracker.finished_returns:
-            frames.append(envs.render()[0])
+            frames.append(envs.render()[0] if envs.render_mode else _observed_frame(obs))
         obs, reward, terminated, truncated, info = envs.step(policy(obs))
         tracker.update(np.zeros(1, np.int64), reward, np.logical_or(terminated, truncated), info)
     return tracker.finished_returns[:episodes], tracker.finished_lengths[:episodes], frames
+
+
+def _observed_frame(obs: np.ndarray) -> np.ndarray:
+    image = obs[0]
+    if image.dtype != np.uint8 or image.ndim != 3:
+        raise ValueError("this env neither renders nor has image observations: no video")
+    return image[-1] if image.shape[0] < image.shape[-1] else image  # stacked CHW or HWC RGB
 
 
 def evaluate(config: Any) -> int:
@@ -67,7 +75,8 @@ def evaluate(config: Any) -> int:
         raise ValueError(f"--episodes must be positive, got {config.episodes}")
     saved = run.load_config(run_dir)
     policy = _module(saved).load_policy(run_dir, saved)
-    options = {} if not config.video else {"render_mode": "rgb_array"}
+    renders = onebox.envs.backend_of(saved.env) in ("native", "process")
+    options = {"render_mode": "rgb_array"} if config.video and renders else {}
     env_options = getattr(saved, "env_options", {})
     from onebox.algos.common import parse_env_options
 

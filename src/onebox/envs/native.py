@@ -356,9 +356,22 @@ class NativeEnvPool(EnvPool):
                 ) from None
             self._renderer.reset(seed=0)
         frames = []
+        renderer = self._renderer
         for i in range(self.num_envs):
-            self._renderer.state = np.asarray(self._engine.get_state(i), dtype=np.float64)
-            frames.append(self._renderer.render())
+            state = np.asarray(self._engine.get_state(i), dtype=np.float64)
+            if hasattr(renderer, "set_state") and hasattr(renderer, "model"):  # MuJoCo
+                nq = renderer.model.nq
+                renderer.set_state(state[:nq], state[nq:])
+            else:  # classic control keeps its state in `.state`
+                renderer.state = state
+            try:
+                frames.append(renderer.render())
+            except Exception as e:  # no OpenGL for MuJoCo, ...
+                raise RuntimeError(
+                    f"{self.spec and self.spec.id} could not render ({type(e).__name__}: {e}); "
+                    "MuJoCo needs an OpenGL backend: MUJOCO_GL=egl (a GPU) or MUJOCO_GL=osmesa "
+                    "(apt install libosmesa6)"
+                ) from e
         return tuple(frames)
 
     # ---- closed-loop rollouts ------------------------------------------------------------------
