@@ -240,3 +240,35 @@ def test_train_help_documents_every_field(capsys) -> None:
     for field in dataclasses.fields(ppo.Config):
         assert "--" + field.name.replace("_", "-") in out, field.name
     assert "Surrogate clipping coefficient" in out
+
+
+def test_target_kl_stops_the_epochs_early() -> None:
+    from gymnasium import spaces
+
+    torch.manual_seed(0)
+    net = ActorCritic(spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-1, 1, (2,), np.float32))
+    obs = torch.randn(8, 2, 3)
+    with torch.no_grad():
+        dist, values = net.dist(obs.flatten(0, 1))
+        actions = dist.sample()
+        logprobs = net.log_prob(dist, actions)
+    rollout = Rollout(
+        obs=obs, actions=actions.view(8, 2, 2), logprobs=logprobs.view(8, 2),
+        values=values.view(8, 2), rewards=torch.randn(8, 2), ends=torch.zeros(8, 2, dtype=torch.bool),
+        next_obs=torch.zeros(2, 3), next_value=torch.zeros(2),
+    )  # fmt: skip
+
+    def optimizer_steps(target_kl: float | None) -> int:
+        model = ActorCritic(
+            spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
+        )
+        model.load_state_dict(net.state_dict())
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        config = ppo.Config(num_envs=2, num_steps=8, num_minibatches=2, update_epochs=4,
+                            learning_rate=1e-2, clip_coef=0.2, ent_coef=0.0, total_steps=16,
+                            target_kl=target_kl)  # fmt: skip
+        ppo.update(config, ppo.Agent(model, opt, None, None), rollout)
+        return int(opt.state[next(iter(model.parameters()))]["step"])
+
+    assert optimizer_steps(None) == 8  # 4 epochs x 2 minibatches
+    assert optimizer_steps(1e-12) == 2  # the KL after the first epoch is above any tiny target
