@@ -56,6 +56,8 @@ def env_family(env_id: str, **env_kwargs: Any) -> Family:
         probe = onebox.envs.make(env_id, num_envs=1, num_threads=1, **env_kwargs)
     except TypeError as e:  # an unknown option or one of the wrong type
         raise ValueError(str(e)) from None
+    except RuntimeError as e:  # a worker process could not make the env (a missing dependency)
+        raise ValueError(str(e).splitlines()[0]) from None
     with probe:
         discrete = not hasattr(probe.single_action_space, "low")
     if onebox.envs.backend_of(env_id) == "atari":
