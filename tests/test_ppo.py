@@ -151,6 +151,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits(tmp_path: Path) -> None:
         (["--env", "CartPol-v1"], "Did you mean"),
         (["--env-options", "sutton_barto_rewad", "True"], "no option 'sutton_barto_rewad'"),
         (["--sampler", "double", "--num-envs", "3"], "even --num-envs"),
+        (["--env", "FrozenLake-v1"], "needs a Box observation space"),
         (
             ["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"],
             "device",

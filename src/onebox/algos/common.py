@@ -49,9 +49,10 @@ def parse_env_options(options: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def env_family(env_id: str, **env_kwargs: Any) -> Family:
-    """The preset family of an env (Atari by backend, else continuous or classic by its actions),
-    from a one-env probe, which also checks the env's options: bad ones raise ValueError."""
+def probe_env(env_id: str, **env_kwargs: Any) -> tuple[Family, Any, Any]:
+    """An env's preset family (Atari by backend, else continuous or classic by its actions) and
+    its single observation and action spaces, from a one-env probe, which also checks the env's
+    options: bad ones, or an env that cannot be made, raise ValueError."""
     try:
         probe = onebox.envs.make(env_id, num_envs=1, num_threads=1, **env_kwargs)
     except TypeError as e:  # an unknown option or one of the wrong type
@@ -59,10 +60,10 @@ def env_family(env_id: str, **env_kwargs: Any) -> Family:
     except RuntimeError as e:  # a worker process could not make the env (a missing dependency)
         raise ValueError(str(e).splitlines()[0]) from None
     with probe:
-        discrete = not hasattr(probe.single_action_space, "low")
+        obs_space, act_space = probe.single_observation_space, probe.single_action_space
     if onebox.envs.backend_of(env_id) == "atari":
-        return "atari"
-    return "classic" if discrete else "continuous"
+        return "atari", obs_space, act_space
+    return ("continuous" if hasattr(act_space, "low") else "classic"), obs_space, act_space
 
 
 def fill_preset(config: Any, preset: dict[str, Any]) -> Any:

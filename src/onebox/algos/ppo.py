@@ -28,9 +28,9 @@ import onebox.envs
 from onebox import run
 from onebox.algos.common import (
     check_positive,
-    env_family,
     fill_preset,
     parse_env_options,
+    probe_env,
     resolve_device,
     seed_everything,
 )
@@ -151,7 +151,8 @@ def resolve(config: Config) -> Config:
     env_kwargs = parse_env_options(config.env_options)
     if onebox.envs.backend_of(config.env) is None:
         onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
-    family = env_family(config.env, **env_kwargs)
+    family, obs_space, act_space = probe_env(config.env, **env_kwargs)
+    ActorCritic.check_spaces(obs_space, act_space)
     family = config.preset if config.preset != "auto" else family
     config = fill_preset(config, PRESETS[family])
     if config.preset == "auto":

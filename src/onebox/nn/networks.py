@@ -112,6 +112,19 @@ class ActorCritic(nn.Module):
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(1, act_dim))
 
+    @staticmethod
+    def check_spaces(observation_space: spaces.Space, action_space: spaces.Space) -> None:
+        """Raise ValueError unless observations are a Box and actions Discrete or a 1-D Box."""
+        if not isinstance(observation_space, spaces.Box):
+            raise ValueError(f"ActorCritic needs a Box observation space, got {observation_space}")
+        discrete = isinstance(action_space, spaces.Discrete)
+        if not discrete and not (
+            isinstance(action_space, spaces.Box) and len(action_space.shape) == 1
+        ):
+            raise ValueError(
+                f"ActorCritic supports Discrete and 1-D Box actions, got {action_space}"
+            )
+
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         if self.image:
             return self.torso(obs.float() * (1.0 / 255.0))
