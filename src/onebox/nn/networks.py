@@ -86,17 +86,10 @@ class ActorCritic(nn.Module):
         hidden: tuple[int, ...] = (64, 64),
     ) -> None:
         super().__init__()
-        if not isinstance(observation_space, spaces.Box):
-            raise ValueError(f"ActorCritic needs a Box observation space, got {observation_space}")
+        self.check_spaces(observation_space, action_space)
         self.image = is_image(observation_space)
-        if isinstance(action_space, spaces.Discrete):
-            self.discrete, act_dim = True, int(action_space.n)
-        elif isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
-            self.discrete, act_dim = False, int(action_space.shape[0])
-        else:
-            raise ValueError(
-                f"ActorCritic supports Discrete and 1-D Box actions, got {action_space}"
-            )
+        self.discrete = isinstance(action_space, spaces.Discrete)
+        act_dim = int(action_space.n) if self.discrete else int(action_space.shape[0])
         if self.image:
             self.torso: nn.Module = NatureCNN(tuple(observation_space.shape))
             self.actor_torso: nn.Module = nn.Identity()
