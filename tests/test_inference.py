@@ -188,3 +188,17 @@ def test_a_killed_process_actor_is_restarted_with_a_fresh_state(tmp_path: Path) 
         assert server.restarts(0) == 1 and server.pid(0) != first_pid
         server.join(1, timeout=60)
         assert server.restarts(1) == 0
+
+
+def test_bench_inference_writes_its_section(tmp_path: Path) -> None:
+    from onebox import cli
+
+    out = tmp_path / "bench.md"
+    args = ["bench", "inference", "--actors", "1", "2", "--max-batch", "64", "--seconds", "1",
+            "--warmup", "0.2", "--envs-per-actor", "16", "--output", str(out)]  # fmt: skip
+    assert cli.main(args) == 0
+    text = out.read_text()
+    assert text.startswith("<!-- bench:inference -->")
+    rows = [line for line in text.splitlines() if line.startswith(("| thread", "| process"))]
+    assert len(rows) == 4 and all("k" in row.split("|")[5] for row in rows)  # env steps/s >= 1k
+    assert cli.main([*args[:-2], "--envs-per-actor", "128"]) == 2  # does not fit a batch of 64

@@ -7,6 +7,7 @@
     onebox bench train          PPO steps/s, sync and double-buffered
     onebox evolve ga|es|rs      neuroevolution (GA, ES, random search / ARS)
     onebox bench evolve         population-evaluation frames/s
+    onebox bench inference      inference server requests/s and latency
 
 Commands form a tree: a `Group` (`bench`) holds commands, a `Command` (`envs`) is a leaf with a
 config dataclass, parsed by tyro (one docstring per field becomes its `--help`), and a function
@@ -112,7 +113,8 @@ COMMANDS: dict[str, Command | Group] = {
         run="onebox.cli:list_envs",
     ),
     "bench": Group(
-        "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `train`, `evolve`.",
+        "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `train`, `evolve`, "
+        "`inference`.",
         {
             "envs": Command(
                 "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
@@ -123,6 +125,11 @@ COMMANDS: dict[str, Command | Group] = {
                 "PPO env steps/s, sync and double-buffered, with the time split.",
                 config="onebox.bench.train:TrainBenchConfig",
                 run="onebox.bench.train:run",
+            ),
+            "inference": Command(
+                "Inference server requests/s, env steps/s and latency per actors and batch.",
+                config="onebox.bench.inference:InferenceBenchConfig",
+                run="onebox.bench.inference:run",
             ),
             "evolve": Command(
                 "Population-evaluation frames/s against env-only and one-at-a-time evaluation.",
