@@ -1,7 +1,7 @@
 """The `onebox` command line.
 
     onebox envs                 list the envs
-    onebox train ppo            train an agent; `onebox train --resume RUN` continues a run
+    onebox train ppo|impala|appo   train an agent; `onebox train --resume RUN` continues a run
     onebox eval RUN             play a run's policy, optionally to a video
     onebox bench envs           env steps/s of onebox next to Gymnasium and EnvPool
     onebox bench train          PPO steps/s, sync and double-buffered
@@ -88,11 +88,21 @@ class EvalConfig:
 
 COMMANDS: dict[str, Command | Group] = {
     "train": Group(
-        "Train an agent: `ppo`; `onebox train --resume RUN` continues a run.",
+        "Train an agent: `ppo`, `impala`, `appo`; `onebox train --resume RUN` continues a run.",
         {
             "ppo": Command(
                 "PPO with CleanRL's defaults per env family.",
                 config="onebox.algos.ppo:Config",
+                run="onebox.algos.launch:train",
+            ),
+            "impala": Command(
+                "IMPALA: actor threads, central batched inference, V-trace learner.",
+                config="onebox.algos.impala:Config",
+                run="onebox.algos.launch:train",
+            ),
+            "appo": Command(
+                "APPO: IMPALA's actors and inference, PPO's clipped loss on V-trace targets.",
+                config="onebox.algos.appo:Config",
                 run="onebox.algos.launch:train",
             ),
         },
