@@ -41,9 +41,13 @@ def test_cartpole_learns(tmp_path: Path, algo: str, steps: int, target: float) -
 
 
 def test_run_logs_checkpoints_evaluates_and_resumes(tmp_path: Path, capsys) -> None:
-    run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "3200", "--actors", "3")
+    run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "3200", "--actors", "3",
+                    "--inference", "local", "--sync-every", "2")  # fmt: skip
     for tag in ("losses/policy_loss", "losses/mean_rho", "charts/policy_lag", "charts/SPS"):
         assert [s for s, _ in metric(run_dir, tag)] == list(range(320, 3201, 320)), tag
+    # Actors act with weights synced every 2 updates: the second update's batch is 1 behind.
+    lags = [v for _, v in metric(run_dir, "charts/policy_lag")]
+    assert min(lags) >= 0 and lags[1] >= 1
     state = run.load_checkpoint(run_dir)
     assert state["global_step"] == 3200 and state["updates"] == 10
     capsys.readouterr()

@@ -19,6 +19,7 @@ network, as `onebox.algos.vtrace` expects (`r + gamma * V(final obs)` with the e
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import queue
 import threading
@@ -44,7 +45,7 @@ from onebox.algos.common import (
 from onebox.algos.vtrace import vtrace
 from onebox.nn.networks import ActorCritic
 from onebox.sampling import EpisodeTracker
-from onebox.sampling.inference import InferenceServer
+from onebox.sampling.inference import InferenceServer, InferResult
 
 PRESETS: dict[str, dict[str, Any]] = {
     "classic": dict(
@@ -100,6 +101,12 @@ class Config:
     """Gradient norm clip (preset: 0.5 classic, 40 Atari)."""
     queue_unrolls: int | None = None
     """Unrolls the actors may have waiting for the learner (default: 2 batches); bounds the lag."""
+    inference: Literal["central", "local"] = "central"
+    """`central`: every step's inference is batched across actors on the server (SEED RL);
+    `local`: each actor runs its own copy of the network, synced from the learner every
+    `sync_every` updates (IMPALA)."""
+    sync_every: int = 1
+    """With `--inference local`: learner updates between weight syncs to the actors."""
     max_batch: int = 1024
     """Inference server: most envs per forward pass."""
     timeout_ms: float = 1.0
@@ -151,7 +158,7 @@ def resolve(config: Config) -> Config:
         config = dataclasses.replace(config, queue_unrolls=2 * (config.batch_unrolls or 1))
     check_positive(config, "total_steps", "actors", "envs_per_actor", "unroll", "batch_unrolls")
     check_positive(config, "learning_rate", "max_grad_norm", "queue_unrolls", "max_batch")
-    check_positive(config, "num_threads", "torch_threads", "rho_bar", "c_bar")
+    check_positive(config, "num_threads", "torch_threads", "rho_bar", "c_bar", "sync_every")
     if config.envs_per_actor > config.max_batch:  # type: ignore[operator]
         raise ValueError(
             f"--envs-per-actor ({config.envs_per_actor}) must be <= --max-batch ({config.max_batch})"
@@ -183,17 +190,52 @@ class Unroll:
     lengths: list[int]
 
 
+class Weights:
+    """The learner's latest published weights, `(version, state_dict)`, for local inference."""
+
+    def __init__(self, net: nn.Module, version: int) -> None:
+        self.latest: tuple[int, dict[str, torch.Tensor]] = (version, {})
+        self.publish(net, version)
+
+    def publish(self, net: nn.Module, version: int) -> None:
+        """Snapshot `net`'s weights as `version` (one atomic attribute swap)."""
+        self.latest = (version, {k: v.detach().clone() for k, v in net.state_dict().items()})
+
+
 class Actor(threading.Thread):
-    """Steps its env pool with actions from the server and queues unrolls until stopped."""
+    """Steps its env pool with actions from the server (or its own synced copy of the network)
+    and queues unrolls until stopped."""
 
     def __init__(
-        self, index: int, config: Config, server: InferenceServer, out: queue.Queue, seed: int
+        self,
+        index: int,
+        config: Config,
+        server: InferenceServer,
+        out: queue.Queue,
+        seed: int,
+        weights: tuple[Weights, ActorCritic] | None = None,
     ) -> None:
         super().__init__(name=f"impala-actor-{index}", daemon=True)
         self.index, self.config, self.server, self.out, self.seed = index, config, server, out, seed
+        self.weights = weights
+        self.version = -1  # of the local network's weights
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.envs = make_envs(config, seed)
+
+    def infer(self, ids: np.ndarray, obs: np.ndarray, dones: np.ndarray) -> InferResult:
+        """Actions from the server, or from the local network after syncing its weights."""
+        if self.weights is None:
+            return self.server.infer(self.index, ids, obs, dones)
+        weights, net = self.weights
+        version, state = weights.latest
+        if version != self.version:
+            net.load_state_dict(state)
+            self.version = version
+        action, logprob, value = net.act(torch.as_tensor(obs, device=next(net.parameters()).device))
+        return InferResult(
+            action.cpu().numpy(), logprob.cpu().numpy(), value.cpu().numpy(), version
+        )
 
     def run(self) -> None:
         try:
@@ -219,7 +261,7 @@ class Actor(threading.Thread):
             versions = np.empty((t_len, n), np.int64)
             truncated: list[tuple[int, int, np.ndarray]] = []
             for t in range(t_len):
-                result = self.server.infer(self.index, ids, obs, dones)
+                result = self.infer(ids, obs, dones)
                 buf_obs[t] = obs
                 actions[t], logprobs[t], versions[t] = (
                     result.actions,
@@ -369,12 +411,18 @@ def train_async(
     # Env states cannot be saved: on resume the envs restart with seeds no earlier run used.
     seed0 = config.seed + 10_000 * updates
 
-    server = InferenceServer(net.act, obs_space, act_space, config.max_batch, config.timeout_ms,
-                             device)  # fmt: skip
+    # A batch is full once every actor has asked: no actor then waits out the timeout.
+    n = config.envs_per_actor or 1
+    max_batch = min(config.max_batch, config.actors * n)
+    server = InferenceServer(net.act, obs_space, act_space, max_batch, config.timeout_ms, device)
     server.version = updates
     unrolls: queue.Queue[Unroll] = queue.Queue(maxsize=config.queue_unrolls or 1)
-    n = config.envs_per_actor or 1
-    actors = [Actor(a, config, server, unrolls, seed0 + a * n) for a in range(config.actors)]
+    weights = Weights(net, updates) if config.inference == "local" else None
+    actors = [
+        Actor(a, config, server, unrolls, seed0 + a * n,
+              (weights, copy.deepcopy(net)) if weights is not None else None)
+        for a in range(config.actors)
+    ]  # fmt: skip
     logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
                         project=config.wandb_project, config=config)  # fmt: skip
     checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
@@ -411,6 +459,8 @@ def train_async(
                 with split("learn"):
                     stats = update_fn(config, net, opt, server, stack(batch, device))
                 updates += 1
+                if weights is not None and updates % config.sync_every == 0:
+                    weights.publish(net, server.version)
                 global_step += config.batch_size
                 returns = [r for u in batch for r in u.returns]
                 if returns:
