@@ -1,12 +1,13 @@
 """The `onebox` command line.
 
     onebox envs                 list the envs
-    onebox train ppo            train an agent; `onebox train --resume RUN` continues a run
+    onebox train ppo|impala|appo   train an agent; `onebox train --resume RUN` continues a run
     onebox eval RUN             play a run's policy, optionally to a video
     onebox bench envs           env steps/s of onebox next to Gymnasium and EnvPool
     onebox bench train          PPO steps/s, sync and double-buffered
     onebox evolve ga|es|rs      neuroevolution (GA, ES, random search / ARS)
     onebox bench evolve         population-evaluation frames/s
+    onebox bench inference      inference server requests/s and latency
 
 Commands form a tree: a `Group` (`bench`) holds commands, a `Command` (`envs`) is a leaf with a
 config dataclass, parsed by tyro (one docstring per field becomes its `--help`), and a function
@@ -87,11 +88,21 @@ class EvalConfig:
 
 COMMANDS: dict[str, Command | Group] = {
     "train": Group(
-        "Train an agent: `ppo`; `onebox train --resume RUN` continues a run.",
+        "Train an agent: `ppo`, `impala`, `appo`; `onebox train --resume RUN` continues a run.",
         {
             "ppo": Command(
                 "PPO with CleanRL's defaults per env family.",
                 config="onebox.algos.ppo:Config",
+                run="onebox.algos.launch:train",
+            ),
+            "impala": Command(
+                "IMPALA: actor threads, central batched inference, V-trace learner.",
+                config="onebox.algos.impala:Config",
+                run="onebox.algos.launch:train",
+            ),
+            "appo": Command(
+                "APPO: IMPALA's actors and inference, PPO's clipped loss on V-trace targets.",
+                config="onebox.algos.appo:Config",
                 run="onebox.algos.launch:train",
             ),
         },
@@ -112,7 +123,8 @@ COMMANDS: dict[str, Command | Group] = {
         run="onebox.cli:list_envs",
     ),
     "bench": Group(
-        "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `train`, `evolve`.",
+        "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `train`, `evolve`, "
+        "`inference`.",
         {
             "envs": Command(
                 "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
@@ -123,6 +135,11 @@ COMMANDS: dict[str, Command | Group] = {
                 "PPO env steps/s, sync and double-buffered, with the time split.",
                 config="onebox.bench.train:TrainBenchConfig",
                 run="onebox.bench.train:run",
+            ),
+            "inference": Command(
+                "Inference server requests/s, env steps/s and latency per actors and batch.",
+                config="onebox.bench.inference:InferenceBenchConfig",
+                run="onebox.bench.inference:run",
             ),
             "evolve": Command(
                 "Population-evaluation frames/s against env-only and one-at-a-time evaluation.",

@@ -1,0 +1,244 @@
+"""`onebox bench inference`: throughput and latency of the central inference server.
+
+Actors (threads in this process, or worker processes talking through shared memory) each send
+requests of `envs_per_actor` observations in a closed loop: submit, wait for the actions, submit
+again. Observations are synthetic (fixed random CartPole-shaped vectors; no env is stepped), so
+the numbers are the server's: batching, the policy (CleanRL's 64-64 tanh actor-critic MLP, the
+action sampled), the hand-off to and from actors. Throughput counts the requests completed in the
+window where every actor was running (after a warm-up); latency is submit-to-answer per request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from onebox.bench import common
+from onebox.sampling.inference import ActorClient, InferenceServer
+
+OBS = spaces.Box(-np.inf, np.inf, (4,), np.float32)
+ACT = spaces.Discrete(2)
+
+
+@dataclasses.dataclass
+class InferenceBenchConfig:
+    """Requests/s, env steps/s and p50/p99 latency of the inference server."""
+
+    kinds: tuple[Literal["thread", "process"], ...] = ("thread", "process")
+    """Actor kinds to measure."""
+    actors: tuple[int, ...] = (1, 4, 16)
+    """Numbers of actors."""
+    max_batch: tuple[int, ...] = (256, 1024, 4096)
+    """Server batch caps (envs per policy call)."""
+    envs_per_actor: int = 256
+    """Observations per request (the envs one actor steps at a time)."""
+    timeout_ms: float = 1.0
+    """How long a request waits for others to join its batch."""
+    seconds: float = 2.0
+    """Measured time per configuration, after `warmup`."""
+    warmup: float = 0.5
+    """Seconds each actor runs before the measurement window opens."""
+    torch_threads: int = 1
+    """torch intra-op threads of the server."""
+    output: Path | None = None
+    """Markdown file to write the section into (e.g. docs/benchmarks.md)."""
+
+
+def _policy(seed: int = 0) -> torch.nn.Module:
+    from onebox.nn.networks import ActorCritic
+
+    torch.manual_seed(seed)
+    return ActorCritic(OBS, ACT).eval()
+
+
+def _closed_loop(
+    infer: Callable[[np.ndarray], object], obs: np.ndarray, seconds: float
+) -> np.ndarray:
+    """Call `infer(obs)` for `seconds`; return (completion time, latency) per request."""
+    out = []
+    end = time.perf_counter() + seconds
+    while True:
+        t0 = time.perf_counter()
+        infer(obs)
+        t1 = time.perf_counter()
+        out.append((time.time(), t1 - t0))
+        if t1 >= end:
+            return np.array(out)
+
+
+def process_actor(client: ActorClient, envs: int, seconds: float, path: str) -> None:
+    """A process actor of the benchmark: its (completion time, latency) pairs go to `path`."""
+    obs = np.random.default_rng(client.actor_id).standard_normal((envs, 4)).astype(np.float32)
+    ids = np.arange(envs)
+    np.save(path, _closed_loop(lambda o: client.infer(o, ids), obs, seconds))
+
+
+@dataclasses.dataclass
+class Result:
+    kind: str
+    actors: int
+    max_batch: int
+    requests_per_s: float
+    env_steps_per_s: float
+    p50_ms: float
+    p99_ms: float
+    mean_batch: float
+
+
+def measure(config: InferenceBenchConfig, kind: str, actors: int, max_batch: int) -> Result:
+    """Run one configuration and summarize its steady-state window."""
+    envs, total = config.envs_per_actor, config.warmup + config.seconds
+    policy = _policy()
+
+    def policy_fn(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return policy.act(obs)
+
+    logs: list[np.ndarray] = []
+    with (
+        InferenceServer(
+            policy_fn, OBS, ACT, max_batch, config.timeout_ms, max_restarts=0
+        ) as server,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        if kind == "thread":
+
+            def actor(a: int) -> None:
+                obs = np.random.default_rng(a).standard_normal((envs, 4)).astype(np.float32)
+                ids = np.arange(envs)
+                logs.append(_closed_loop(lambda o: server.infer(a, ids, o), obs, total))
+
+            threads = [threading.Thread(target=actor, args=(a,)) for a in range(actors)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            paths = [os.path.join(tmp, f"{a}.npy") for a in range(actors)]
+            for a in range(actors):
+                server.spawn(a, process_actor, envs, args=(envs, total, paths[a]))
+            for a in range(actors):
+                server.join(a, timeout=total + 120)
+            logs = [np.load(p) for p in paths]
+        calls, steps = server.calls, server.env_steps
+    start = max(log[0, 0] for log in logs) + config.warmup
+    stop = min(log[-1, 0] for log in logs)
+    if stop <= start:
+        raise RuntimeError(
+            "the actors did not all run at once for long enough; raise --seconds (process "
+            "actors take a while to start)"
+        )
+    done = np.concatenate([log[(log[:, 0] >= start) & (log[:, 0] <= stop)] for log in logs])
+    rate = len(done) / (stop - start)
+    return Result(
+        kind,
+        actors,
+        max_batch,
+        rate,
+        rate * envs,
+        1e3 * float(np.percentile(done[:, 1], 50)),
+        1e3 * float(np.percentile(done[:, 1], 99)),
+        steps / max(calls, 1),
+    )
+
+
+def run(config: InferenceBenchConfig) -> int:
+    """Measure every (kind, actors, max_batch) combination; print and optionally write them."""
+    if config.envs_per_actor < 1 or config.seconds <= 0 or config.warmup < 0:
+        raise ValueError("--envs-per-actor must be >= 1, --seconds > 0 and --warmup >= 0")
+    if config.envs_per_actor > min(config.max_batch):
+        raise ValueError(
+            f"--envs-per-actor ({config.envs_per_actor}) must fit in every --max-batch "
+            f"({min(config.max_batch)})"
+        )
+    torch.set_num_threads(config.torch_threads)
+    console = common.console()
+    load = os.getloadavg()[0]
+    results = []
+    for kind in config.kinds:
+        for actors in config.actors:
+            for max_batch in config.max_batch:
+                results.append(measure(config, kind, actors, max_batch))
+                r = results[-1]
+                console.print(
+                    f"{kind} actors={actors} max_batch={max_batch}: "
+                    f"{common.format_rate(r.env_steps_per_s)} env steps/s"
+                )
+    load_after = os.getloadavg()[0]
+    header = [
+        "actors",
+        "count",
+        "max batch",
+        "requests/s",
+        "env steps/s",
+        "p50 latency",
+        "p99 latency",
+        "mean batch",
+    ]
+    rows = [
+        [
+            r.kind,
+            str(r.actors),
+            str(r.max_batch),
+            common.format_rate(r.requests_per_s),
+            common.format_rate(r.env_steps_per_s),
+            f"{r.p50_ms:.2f} ms",
+            f"{r.p99_ms:.2f} ms",
+            f"{r.mean_batch:.0f}",
+        ]
+        for r in results
+    ]
+    from rich.table import Table
+
+    title = (
+        f"Inference server, 64-64 MLP actor-critic, {config.envs_per_actor} envs per request, "
+        f"timeout {config.timeout_ms:g} ms, {config.torch_threads} torch thread(s)"
+    )
+    table = Table(title=title)
+    for h in header:
+        table.add_column(h, justify="left" if h == "actors" else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    best = max(results, key=lambda r: r.env_steps_per_s)
+    verdict = (
+        f"Best: {common.format_rate(best.env_steps_per_s)} env steps/s ({best.kind} actors, "
+        f"{best.actors} actors, max batch {best.max_batch}); the target of 200k env steps/s is "
+        + ("met." if best.env_steps_per_s >= 200e3 else "missed.")
+    )
+    console.print(verdict)
+    if config.output is not None:
+        machine = common.machine_info(("numpy", "torch"))
+        lines = [
+            "### Inference server throughput and latency",
+            "",
+            title + ". " + __doc__.split("\n\n", 1)[1].replace("\n", " ").strip(),
+            "Mean batch: envs per policy call (how much the server merged).",
+            "",
+            f"1-minute load average: {load:.1f} when the run began, {load_after:.1f} when it "
+            "ended (the 2 cores are shared with other work).",
+            "",
+            common.markdown_table(header, rows, [False] + [True] * 7),
+            "",
+            verdict,
+            "",
+            f"Command: `{common.command_line('onebox bench inference', config)}`",
+            "",
+            f"Date: {common.now()}",
+            "",
+            "Machine:",
+            "",
+            *[f"- {k}: {v}" for k, v in machine.items()],
+        ]
+        path = common.write_section(config.output, "bench:inference", "\n".join(lines))
+        console.print(f"wrote the inference section of {path}")
+    return 0

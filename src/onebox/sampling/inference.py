@@ -1,0 +1,615 @@
+"""A central inference server (SEED RL): actors step envs, one thread batches everyone's inference.
+
+Actors submit batches of observations tagged with their actor id and env ids. The server thread
+merges waiting requests into one batch of up to `max_batch` envs, or fewer once `timeout_ms` have
+passed since the oldest waiting request arrived, runs the policy once on the device, and hands
+each request its actions, log-probabilities, values and the weights' version.
+
+Two kinds of actors:
+
+- thread actors in the learner's process call `server.infer(actor_id, env_ids, obs)` (blocking)
+  or `server.submit(...)` then `.wait()`;
+- process actors, started by `server.spawn(actor_id, target, num_envs)`, run `target(client)` in
+  a worker process (typically owning an env pool) and call `client.infer(obs)`. Each has one
+  preallocated shared-memory slot: the actor writes its observations there and one byte to a
+  pipe, the server writes the actions back and answers with one byte. Nothing is pickled per
+  step. A process that dies is noticed through its sentinel: its slot and recurrent state are
+  reset and it is started again (up to `max_restarts` times).
+
+With `lstm=H` the policy is recurrent: the server keeps an (h, c) pair of size H for every
+(actor, env), resets it when the actor flags that env's episode as ended (`dones`: this
+observation starts a new episode) or when the actor restarts (`reset_actor`, or a process actor's
+death), and calls `policy_fn(obs, (h, c)) -> (action, logprob, value, (h, c))`. Without it,
+`policy_fn(obs) -> (action, logprob, value)`.
+
+The learner changes the weights in place inside `with server.updating(): ...`, which excludes
+concurrent inference and then increments `server.version`; every result carries the version that
+produced it, so samples record their behaviour version and the learner can log policy lag.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import multiprocessing
+import os
+import selectors
+import threading
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing import resource_tracker
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from onebox.envs.process_worker import read_msg, write_msg
+from onebox.envs.shm import Block, Layout
+
+PolicyFn = Callable[..., tuple[Any, ...]]
+"""`policy_fn(obs)` -> (action, logprob, value), or with an LSTM `policy_fn(obs, (h, c))` ->
+(action, logprob, value, (h, c)); tensors with a leading batch axis."""
+
+_REQUEST, _DONE, _ERROR = b"R", b"D", b"E"
+
+
+@dataclasses.dataclass
+class InferResult:
+    """The server's answer to one request, one row per env of the request."""
+
+    actions: np.ndarray
+    """The actions to take."""
+    logprobs: np.ndarray
+    """Their log-probabilities under the behaviour policy, float32."""
+    values: np.ndarray
+    """V(obs), float32."""
+    version: int
+    """`server.version` of the weights that chose the actions (the behaviour version)."""
+    state: tuple[np.ndarray, np.ndarray] | None = None
+    """With an LSTM: the (h, c) the policy started from for these envs (after resets)."""
+
+
+class Pending:
+    """A submitted request; `wait()` returns its `InferResult` or raises the server's error."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._result: InferResult | None = None
+        self._error: str | None = None
+
+    def _finish(self, result: InferResult | None, error: str | None = None) -> None:
+        self._result, self._error = result, error
+        self._event.set()
+
+    def done(self) -> bool:
+        """Whether the answer is in."""
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> InferResult:
+        """Block until the answer is in (at most `timeout` seconds: then TimeoutError)."""
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"no answer from the inference server within {timeout} s")
+        if self._error is not None:
+            raise RuntimeError(self._error)
+        assert self._result is not None
+        return self._result
+
+
+class _Request:
+    __slots__ = ("actor", "dones", "env_ids", "gen", "obs", "pending", "proc", "t")
+
+    def __init__(
+        self,
+        actor: int,
+        env_ids: np.ndarray,
+        obs: np.ndarray,
+        dones: np.ndarray | None,
+        pending: Pending | None = None,
+        proc: _ProcActor | None = None,
+    ) -> None:
+        self.actor, self.env_ids, self.obs, self.dones = actor, env_ids, obs, dones
+        self.t = time.perf_counter()
+        self.pending, self.proc = pending, proc
+        self.gen = proc.gen if proc is not None else 0
+
+
+def _slot_layout(
+    num_envs: int, obs_space: spaces.Box, act_shape: tuple[int, ...], act_dtype: np.dtype
+) -> Layout:
+    return Layout.plan(
+        [
+            ("obs", (num_envs, *obs_space.shape), obs_space.dtype),
+            ("env_ids", (num_envs,), np.int64),
+            ("dones", (num_envs,), np.bool_),
+            ("n", (1,), np.int64),
+            ("actions", (num_envs, *act_shape), act_dtype),
+            ("logprobs", (num_envs,), np.float32),
+            ("values", (num_envs,), np.float32),
+            ("version", (1,), np.int64),
+        ]
+    )
+
+
+class _ProcActor:
+    """A process actor: its slot, its pipes, its process and how often it was restarted."""
+
+    def __init__(self, actor_id: int, num_envs: int, block: Block, target: bytes, args: tuple):
+        self.actor_id, self.num_envs, self.block = actor_id, num_envs, block
+        self.target, self.args = target, args
+        self.proc: Any = None
+        self.req: Any = None  # server end of the request pipe
+        self.resp: Any = None  # server end of the response pipe
+        self.gen = 0
+        self.restarts = 0
+        self.finished = threading.Event()
+        self.failure: str | None = None
+
+
+class InferenceServer:
+    """Batches the inference requests of many actors onto one policy on one device.
+
+    Args:
+        policy_fn: the policy (see `PolicyFn`); called from the server thread under no_grad.
+        obs_space: one env's observation space (a Box).
+        act_space: one env's action space (Discrete or Box).
+        max_batch: the most envs in one policy call; one request may not exceed it.
+        timeout_ms: how long the oldest waiting request may wait for others to join its batch.
+        device: where observations go and the policy runs.
+        lstm: the LSTM's hidden size if the policy is recurrent (state kept per actor and env).
+        max_restarts: how often one process actor may be restarted after dying.
+        context: multiprocessing start method for process actors.
+    """
+
+    def __init__(
+        self,
+        policy_fn: PolicyFn,
+        obs_space: spaces.Space,
+        act_space: spaces.Space,
+        max_batch: int = 1024,
+        timeout_ms: float = 1.0,
+        device: torch.device | str = "cpu",
+        lstm: int | None = None,
+        max_restarts: int = 3,
+        context: str = "forkserver",
+    ) -> None:
+        if not isinstance(obs_space, spaces.Box):
+            raise TypeError(f"the inference server takes Box observations, got {obs_space}")
+        if isinstance(act_space, spaces.Discrete):
+            self._act_shape, self._act_dtype = (), np.dtype(np.int64)
+        elif isinstance(act_space, spaces.Box):
+            self._act_shape, self._act_dtype = tuple(act_space.shape), np.dtype(np.float32)
+        else:
+            raise TypeError(f"the inference server takes Discrete or Box actions, got {act_space}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        if timeout_ms < 0:
+            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+        if lstm is not None and lstm < 1:
+            raise ValueError(f"lstm is the LSTM hidden size (>= 1) or None, got {lstm}")
+        if context not in multiprocessing.get_all_start_methods():
+            raise ValueError(
+                f"context must be one of {multiprocessing.get_all_start_methods()}, got {context!r}"
+            )
+        self.policy_fn = policy_fn
+        self.obs_space, self.act_space = obs_space, act_space
+        self.max_batch, self.timeout = int(max_batch), timeout_ms / 1000.0
+        self.device = torch.device(device)
+        self.lstm, self.max_restarts = lstm, max_restarts
+        self.version = 0
+        """Incremented by every `updating()` block: the weights' version."""
+        self.calls = 0
+        """Policy calls made (one per merged batch)."""
+        self.requests = 0
+        """Requests answered."""
+        self.env_steps = 0
+        """Env observations answered."""
+        self._ctx = multiprocessing.get_context(context)
+        if context == "forkserver":
+            self._ctx.set_forkserver_preload(["onebox.sampling.inference"])
+        self._weights = threading.Lock()
+        self._inbox: collections.deque[_Request] = collections.deque()
+        self._inbox_lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._procs: dict[int, _ProcActor] = {}
+        self._new: list[_ProcActor] = []  # spawned, not yet watched by the server thread
+        self._states: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._resets: set[int] = set()  # actors whose recurrent state to drop
+        self._closed = False
+        self.error: str | None = None
+        """The last error the policy raised (it was passed to the requests of that batch)."""
+        self._thread = threading.Thread(target=self._serve, name="onebox-inference", daemon=True)
+        self._thread.start()
+
+    # ---- thread actors -----------------------------------------------------------------------
+
+    def submit(
+        self,
+        actor_id: int,
+        env_ids: Any,
+        obs: np.ndarray,
+        dones: np.ndarray | None = None,
+    ) -> Pending:
+        """Queue a request (obs must not change until it is answered); returns its `Pending`."""
+        if self._closed:
+            raise RuntimeError("the inference server is closed")
+        obs = np.asarray(obs)
+        env_ids = np.asarray(env_ids, np.int64).reshape(-1)
+        n = len(env_ids)
+        if obs.shape != (n, *self.obs_space.shape):
+            raise ValueError(
+                f"obs must have shape {(n, *self.obs_space.shape)} for {n} env ids, got {obs.shape}"
+            )
+        if n > self.max_batch:
+            raise ValueError(f"a request of {n} envs exceeds max_batch={self.max_batch}")
+        if n and env_ids.min() < 0:
+            raise ValueError("env ids must be >= 0")
+        if dones is not None:
+            dones = np.asarray(dones, np.bool_).reshape(-1)
+            if len(dones) != n:
+                raise ValueError(f"dones must have one flag per env id ({n}), got {len(dones)}")
+        pending = Pending()
+        with self._inbox_lock:
+            self._inbox.append(_Request(int(actor_id), env_ids, obs, dones, pending))
+        os.write(self._wake_w, b"\0")
+        return pending
+
+    def infer(
+        self,
+        actor_id: int,
+        env_ids: Any,
+        obs: np.ndarray,
+        dones: np.ndarray | None = None,
+        timeout: float | None = None,
+    ) -> InferResult:
+        """Actions for envs `env_ids` of actor `actor_id` at observations `obs` (blocking).
+
+        `dones[i]` says env i's episode ended, so `obs[i]` starts a new one (its recurrent
+        state is reset first)."""
+        return self.submit(actor_id, env_ids, obs, dones).wait(timeout)
+
+    def reset_actor(self, actor_id: int) -> None:
+        """Drop actor `actor_id`'s recurrent state (it restarted), before its next request."""
+        with self._inbox_lock:
+            self._resets.add(int(actor_id))
+        os.write(self._wake_w, b"\0")
+
+    @contextlib.contextmanager
+    def updating(self) -> Iterator[None]:
+        """Hold off inference while the learner changes the weights; then bump `version`."""
+        with self._weights:
+            yield
+            self.version += 1
+
+    # ---- process actors ----------------------------------------------------------------------
+
+    def spawn(
+        self, actor_id: int, target: Callable[..., Any], num_envs: int, args: tuple = ()
+    ) -> None:
+        """Start a process actor running `target(client, *args)` (`client`: an `ActorClient`
+        for up to `num_envs` envs). It is restarted if it dies, not if `target` returns."""
+        if self._closed:
+            raise RuntimeError("the inference server is closed")
+        if not callable(target):
+            raise TypeError(f"target must be callable, got {target!r}")
+        if not 1 <= num_envs <= self.max_batch:
+            raise ValueError(f"num_envs must be in 1..max_batch={self.max_batch}, got {num_envs}")
+        if actor_id in self._procs:
+            raise ValueError(f"actor {actor_id} already has a process")
+        resource_tracker.ensure_running()  # shared by the children: the parent's unlink counts
+        layout = _slot_layout(num_envs, self.obs_space, self._act_shape, self._act_dtype)
+        p = _ProcActor(int(actor_id), num_envs, Block(layout), cloudpickle.dumps(target), args)
+        self._launch(p)
+        with self._inbox_lock:
+            self._procs[p.actor_id] = p
+            self._new.append(p)
+            self._resets.add(p.actor_id)
+        os.write(self._wake_w, b"\0")
+
+    def join(self, actor_id: int, timeout: float | None = None) -> None:
+        """Wait for process actor `actor_id`'s target to return; raise if it failed for good."""
+        p = self._procs[actor_id]
+        if not p.finished.wait(timeout):
+            raise TimeoutError(f"actor {actor_id} did not finish within {timeout} s")
+        if p.failure is not None:
+            raise RuntimeError(p.failure)
+
+    def restarts(self, actor_id: int) -> int:
+        """How often process actor `actor_id` was restarted."""
+        return self._procs[actor_id].restarts
+
+    def pid(self, actor_id: int) -> int:
+        """The pid of process actor `actor_id`'s current process."""
+        return int(self._procs[actor_id].proc.pid)
+
+    def _launch(self, p: _ProcActor) -> None:
+        req_r, req_w = self._ctx.Pipe(duplex=False)
+        resp_r, resp_w = self._ctx.Pipe(duplex=False)
+        p.gen += 1
+        p.proc = self._ctx.Process(
+            target=_actor_main,
+            args=(p.target, p.block.name, p.block.layout, p.actor_id, req_w, resp_r, p.args),
+            name=f"onebox-actor-{p.actor_id}",
+            daemon=True,
+        )
+        p.proc.start()
+        req_w.close()
+        resp_r.close()
+        p.req, p.resp = req_r, resp_w
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the server thread and the process actors; fail what is still waiting."""
+        if self._closed:
+            return
+        self._closed = True
+        os.write(self._wake_w, b"\0")
+        self._thread.join()
+        for p in self._procs.values():
+            for conn in (p.req, p.resp):
+                conn.close()
+            if p.proc.exitcode is None:
+                p.proc.join(timeout=2)
+            if p.proc.exitcode is None:
+                p.proc.kill()
+                p.proc.join()
+            p.block.close(unlink=True)
+            p.finished.set()
+        with self._inbox_lock:
+            for r in self._inbox:
+                if r.pending is not None:
+                    r.pending._finish(None, "the inference server was closed")
+            self._inbox.clear()
+        self._sel.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def __enter__(self) -> InferenceServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- the server thread -------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        waiting: list[_Request] = []
+        count = 0
+        while not self._closed:
+            if waiting:
+                left = waiting[0].t + self.timeout - time.perf_counter()
+                events = self._sel.select(max(left, 0.0))
+            else:
+                events = self._sel.select()
+            for key, _ in events:
+                data = key.data
+                if data is None:
+                    os.read(self._wake_r, 1 << 16)
+                    count += self._take_inbox(waiting)
+                elif data[0] == "req":
+                    r = self._read_request(data[1])
+                    if r is not None:
+                        waiting.append(r)
+                        count += len(r.env_ids)
+                else:
+                    count -= self._died(data[1], waiting)
+            while waiting and (
+                count >= self.max_batch or time.perf_counter() >= waiting[0].t + self.timeout
+            ):
+                k, n = 0, 0
+                while k < len(waiting) and n + len(waiting[k].env_ids) <= self.max_batch:
+                    n += len(waiting[k].env_ids)
+                    k += 1
+                batch, waiting = waiting[:k], waiting[k:]
+                count -= n
+                self._run(batch, n)
+        for r in waiting:
+            if r.pending is not None:
+                r.pending._finish(None, "the inference server was closed")
+
+    def _take_inbox(self, waiting: list[_Request]) -> int:
+        with self._inbox_lock:
+            taken = list(self._inbox)
+            self._inbox.clear()
+            for actor in self._resets:
+                self._states.pop(actor, None)
+            self._resets.clear()
+            new, self._new = self._new, []
+        for p in new:
+            self._register(p)
+        waiting += taken
+        return sum(len(r.env_ids) for r in taken)
+
+    def _register(self, p: _ProcActor) -> None:
+        self._sel.register(p.req, selectors.EVENT_READ, ("req", p))
+        self._sel.register(p.proc.sentinel, selectors.EVENT_READ, ("dead", p))
+
+    def _read_request(self, p: _ProcActor) -> _Request | None:
+        try:
+            byte = os.read(p.req.fileno(), 1)
+        except OSError:
+            byte = b""
+        if byte != _REQUEST:  # the process is gone; its sentinel will say so
+            self._sel.unregister(p.req)
+            return None
+        a = p.block.arrays
+        n = int(a["n"][0])
+        if not 0 <= n <= p.num_envs:
+            self._answer_error(p, f"a request of {n} envs, but the slot holds {p.num_envs}")
+            return None
+        return _Request(p.actor_id, a["env_ids"][:n], a["obs"][:n], a["dones"][:n], None, p)
+
+    def _died(self, p: _ProcActor, waiting: list[_Request]) -> int:
+        """Process actor p exited: drop its requests and state; restart it if it crashed."""
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(p.req)
+        self._sel.unregister(p.proc.sentinel)
+        p.proc.join()
+        code = p.proc.exitcode
+        for conn in (p.req, p.resp):
+            conn.close()
+        dropped = sum(len(r.env_ids) for r in waiting if r.proc is p)
+        waiting[:] = [r for r in waiting if r.proc is not p]
+        self._states.pop(p.actor_id, None)
+        if code == 0:
+            p.finished.set()
+        elif p.restarts >= self.max_restarts or self._closed:
+            p.failure = (
+                f"actor {p.actor_id} died (exit code {code}) after {p.restarts} restarts "
+                f"(max_restarts={self.max_restarts})"
+            )
+            p.finished.set()
+        else:
+            p.restarts += 1
+            p.block.arrays["n"][0] = 0
+            self._launch(p)
+            self._register(p)
+        return dropped
+
+    def _answer_error(self, p: _ProcActor, message: str) -> None:
+        with contextlib.suppress(OSError):
+            os.write(p.resp.fileno(), _ERROR)
+            write_msg(p.resp.fileno(), _ERROR + message.encode())
+
+    def _state(self, actor: int, top: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actor's (h, c) rows for env ids up to `top`, zeros for envs never seen."""
+        assert self.lstm is not None
+        h, c = self._states.get(actor, (None, None))
+        if h is None or len(h) <= top:
+            size = max(top + 1, 2 * (len(h) if h is not None else 0))
+            new_h = torch.zeros(size, self.lstm, device=self.device)
+            new_c = torch.zeros(size, self.lstm, device=self.device)
+            if h is not None and c is not None:
+                new_h[: len(h)], new_c[: len(c)] = h, c
+            h, c = new_h, new_c
+            self._states[actor] = (h, c)
+        return h, c
+
+    @torch.no_grad()
+    def _run(self, batch: list[_Request], n: int) -> None:
+        """One policy call for the requests of `batch` (n envs in all); answer each."""
+        obs = batch[0].obs if len(batch) == 1 else np.concatenate([r.obs for r in batch])
+        x = torch.as_tensor(obs, device=self.device)
+        if self.lstm is not None:
+            rows = []
+            for r in batch:
+                h, c = self._state(r.actor, int(r.env_ids.max(initial=0)))
+                ids = torch.as_tensor(r.env_ids, device=self.device)
+                if r.dones is not None and r.dones.any():
+                    ended = ids[torch.as_tensor(r.dones, device=self.device)]
+                    h[ended], c[ended] = 0.0, 0.0
+                rows.append((h, c, ids))
+            h0 = torch.cat([h[ids] for h, _, ids in rows])
+            c0 = torch.cat([c[ids] for _, c, ids in rows])
+        try:
+            with self._weights:
+                version = self.version
+                if self.lstm is None:
+                    action, logprob, value = self.policy_fn(x)[:3]
+                else:
+                    action, logprob, value, (h1, c1) = self.policy_fn(x, (h0, c0))
+            actions = np.asarray(action.cpu().numpy(), self._act_dtype)
+            logprobs = logprob.float().cpu().numpy()
+            values = value.float().cpu().numpy()
+            if actions.shape != (n, *self._act_shape) or logprobs.shape != (n,):
+                raise ValueError(
+                    f"policy_fn returned actions of shape {actions.shape} and log-probs of shape "
+                    f"{logprobs.shape} for {n} observations; expected {(n, *self._act_shape)} "
+                    f"and {(n,)}"
+                )
+        except Exception as e:
+            self.error = f"the policy failed in the inference server: {type(e).__name__}: {e}"
+            for r in batch:
+                if r.pending is not None:
+                    r.pending._finish(None, self.error)
+                elif r.proc is not None and r.gen == r.proc.gen:
+                    self._answer_error(r.proc, self.error)
+            return
+        self.calls += 1
+        self.requests += len(batch)
+        self.env_steps += n
+        if self.lstm is not None:
+            start = 0
+            h0n, c0n = h0.cpu().numpy(), c0.cpu().numpy()
+            for h, c, ids in rows:
+                end = start + len(ids)
+                h[ids], c[ids] = h1[start:end], c1[start:end]
+                start = end
+        start = 0
+        for r in batch:
+            end = start + len(r.env_ids)
+            if r.pending is not None:
+                state = (h0n[start:end], c0n[start:end]) if self.lstm is not None else None
+                r.pending._finish(
+                    InferResult(
+                        actions[start:end], logprobs[start:end], values[start:end], version, state
+                    )
+                )
+            elif r.proc is not None and r.gen == r.proc.gen:
+                a = r.proc.block.arrays
+                a["actions"][: end - start] = actions[start:end]
+                a["logprobs"][: end - start] = logprobs[start:end]
+                a["values"][: end - start] = values[start:end]
+                a["version"][0] = version
+                with contextlib.suppress(OSError):
+                    os.write(r.proc.resp.fileno(), _DONE)
+            start = end
+
+
+# ---- the process actor's side ------------------------------------------------------------------
+
+
+class ActorClient:
+    """A process actor's handle on the server: `infer` through its shared-memory slot."""
+
+    def __init__(self, actor_id: int, block: Block, req: Any, resp: Any) -> None:
+        self.actor_id = actor_id
+        """This actor's id."""
+        self.num_envs = len(block.arrays["env_ids"])
+        """The most envs one request may hold."""
+        self._block, self._req, self._resp = block, req, resp
+        self._all = np.arange(self.num_envs, dtype=np.int64)
+
+    def infer(
+        self, obs: np.ndarray, env_ids: Any = None, dones: np.ndarray | None = None
+    ) -> InferResult:
+        """Actions for envs `env_ids` (default: 0..len(obs)-1) at `obs`; `dones` as in
+        `InferenceServer.infer`. Blocks until the server answers."""
+        a = self._block.arrays
+        n = len(obs)
+        if n > self.num_envs:
+            raise ValueError(f"a request of {n} envs exceeds this actor's slot of {self.num_envs}")
+        a["obs"][:n] = obs
+        a["env_ids"][:n] = self._all[:n] if env_ids is None else env_ids
+        a["dones"][:n] = False if dones is None else dones
+        a["n"][0] = n
+        os.write(self._req.fileno(), _REQUEST)
+        reply = os.read(self._resp.fileno(), 1)
+        if reply == _ERROR:
+            raise RuntimeError(read_msg(self._resp.fileno())[1:].decode(errors="replace"))
+        if reply != _DONE:
+            raise EOFError("the inference server went away")
+        return InferResult(
+            a["actions"][:n].copy(),
+            a["logprobs"][:n].copy(),
+            a["values"][:n].copy(),
+            int(a["version"][0]),
+        )
+
+
+def _actor_main(
+    target: bytes, block_name: str, layout: Layout, actor_id: int, req: Any, resp: Any, args: tuple
+) -> None:
+    """A process actor: attach to its slot and run the target."""
+    block = Block(layout, name=block_name)
+    try:
+        cloudpickle.loads(target)(ActorClient(actor_id, block, req, resp), *args)
+    except (EOFError, BrokenPipeError):  # the server closed: nothing left to do
+        pass
+    finally:
+        block.close()
