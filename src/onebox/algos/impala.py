@@ -36,9 +36,9 @@ import onebox.envs
 from onebox import run
 from onebox.algos.common import (
     check_positive,
-    env_family,
     fill_preset,
     parse_env_options,
+    probe_env,
     resolve_device,
     seed_everything,
 )
@@ -144,7 +144,8 @@ def resolve(config: Config) -> Config:
     env_kwargs = parse_env_options(config.env_options)
     if onebox.envs.backend_of(config.env) is None:
         onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
-    family = env_family(config.env, **env_kwargs)
+    family, obs_space, act_space = probe_env(config.env, **env_kwargs)
+    ActorCritic.check_spaces(obs_space, act_space)
     if family == "continuous":
         raise ValueError(f"impala here takes discrete actions; {config.env} has continuous ones")
     family = config.preset if config.preset != "auto" else family
