@@ -94,6 +94,11 @@ COMMANDS: dict[str, Command | Group] = {
                 config="onebox.algos.ppo:Config",
                 run="onebox.algos.launch:train",
             ),
+            "a2c": Command(
+                "A2C (synchronous advantage actor-critic) with Stable-Baselines3's defaults.",
+                config="onebox.algos.a2c:Config",
+                run="onebox.algos.launch:train",
+            ),
         },
         fallback=Command(
             "Continue a run from its last checkpoint.",
