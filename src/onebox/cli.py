@@ -99,6 +99,11 @@ COMMANDS: dict[str, Command | Group] = {
                 config="onebox.algos.a2c:Config",
                 run="onebox.algos.launch:train",
             ),
+            "a3c": Command(
+                "A3C: Hogwild worker processes (--actors N) updating one shared model.",
+                config="onebox.algos.a3c:Config",
+                run="onebox.algos.launch:train",
+            ),
         },
         fallback=Command(
             "Continue a run from its last checkpoint.",
