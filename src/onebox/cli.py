@@ -105,6 +105,16 @@ COMMANDS: dict[str, Command | Group] = {
                 config="onebox.algos.appo:Config",
                 run="onebox.algos.launch:train",
             ),
+            "a2c": Command(
+                "A2C (synchronous advantage actor-critic) with Stable-Baselines3's defaults.",
+                config="onebox.algos.a2c:Config",
+                run="onebox.algos.launch:train",
+            ),
+            "a3c": Command(
+                "A3C: Hogwild worker processes (--actors N) updating one shared model.",
+                config="onebox.algos.a3c:Config",
+                run="onebox.algos.launch:train",
+            ),
         },
         fallback=Command(
             "Continue a run from its last checkpoint.",

@@ -16,7 +16,6 @@ observation and reward normalization). Any field given on the command line wins 
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,19 +23,11 @@ import numpy as np
 import torch
 from torch import nn
 
-import onebox.envs
-from onebox import run
-from onebox.algos.common import (
-    check_positive,
-    fill_preset,
-    parse_env_options,
-    probe_env,
-    resolve_device,
-    seed_everything,
-)
-from onebox.nn.networks import ActorCritic
-from onebox.nn.normalize import ObsNormalizer, RewardScaler
-from onebox.sampling import Rollout, Sampler, gae
+from onebox.algos import onpolicy
+from onebox.algos.common import check_positive
+from onebox.algos.onpolicy import Agent, build_agent, resolve_common, run_loop
+from onebox.run import load_config
+from onebox.sampling import Rollout, gae
 
 PRESETS: dict[str, dict[str, Any]] = {
     "classic": dict(
@@ -148,85 +139,23 @@ class Config:
 
 def resolve(config: Config) -> Config:
     """Fill the preset and check every field; raise ValueError before any work starts."""
-    env_kwargs = parse_env_options(config.env_options)
-    if onebox.envs.backend_of(config.env) is None:
-        onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
-    family, obs_space, act_space = probe_env(config.env, **env_kwargs)
-    ActorCritic.check_spaces(obs_space, act_space)
-    family = config.preset if config.preset != "auto" else family
-    config = fill_preset(config, PRESETS[family])
-    if config.preset == "auto":
-        config = dataclasses.replace(config, preset=family)
-    if config.num_threads is None:
-        config = dataclasses.replace(config, num_threads=onebox.envs.physical_cores())
-    if config.torch_threads is None:
-        threads = onebox.envs.physical_cores() if family == "atari" else 1
-        config = dataclasses.replace(config, torch_threads=threads)
-    check_positive(config, "total_steps", "num_envs", "num_steps", "learning_rate")
-    check_positive(config, "num_minibatches", "update_epochs", "clip_coef", "torch_threads")
+    config = resolve_common(config, PRESETS)
+    check_positive(config, "num_minibatches", "update_epochs", "clip_coef")
     if config.batch_size % config.num_minibatches:
         raise ValueError(
             f"--num-minibatches {config.num_minibatches} does not divide the batch of "
             f"num_envs * num_steps = {config.batch_size} steps; pick a divisor"
         )
-    if config.sampler == "double" and (config.num_envs < 2 or config.num_envs % 2):
-        raise ValueError(f"--sampler double needs an even --num-envs >= 2, got {config.num_envs}")
-    if not 0 <= config.gamma <= 1 or not 0 <= config.gae_lambda <= 1:
-        raise ValueError("--gamma and --gae-lambda must be in [0, 1]")
-    resolve_device(config.device)
     return config
 
 
 # ---- the agent ----------------------------------------------------------------------------------
 
 
-def make_envs(config: Config, num_envs: int | None = None, seed: int | None = None) -> Any:
-    """The training env pool (same-step autoreset, half batches for double buffering)."""
-    n = num_envs if num_envs is not None else config.num_envs
-    assert n is not None
-    return onebox.envs.make(
-        config.env,
-        n,
-        batch_size=n // 2 if config.sampler == "double" and num_envs is None else None,
-        num_threads=config.num_threads,
-        seed=config.seed if seed is None else seed,
-        autoreset_mode="SameStep",
-        **parse_env_options(config.env_options),
-    )
-
-
-@dataclasses.dataclass
-class Agent:
-    """Network, optimizer and normalizers: everything a checkpoint must restore."""
-
-    net: ActorCritic
-    optimizer: torch.optim.Optimizer
-    obs_norm: ObsNormalizer | None
-    reward_scaler: RewardScaler | None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "net": self.net.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "obs_norm": self.obs_norm.state_dict() if self.obs_norm else None,
-            "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else None,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.obs_norm is not None:
-            self.obs_norm.load_state_dict(state["obs_norm"])
-        if self.reward_scaler is not None:
-            self.reward_scaler.load_state_dict(state["reward_scaler"])
-
-
 def make_agent(config: Config, envs: Any, device: torch.device) -> Agent:
-    net = ActorCritic(envs.single_observation_space, envs.single_action_space).to(device)
-    optimizer = torch.optim.Adam(net.parameters(), lr=config.learning_rate, eps=1e-5)
-    obs_norm = ObsNormalizer(envs.single_observation_space.shape) if config.normalize_obs else None
-    scaler = RewardScaler(envs.num_envs, config.gamma) if config.normalize_reward else None
-    return Agent(net, optimizer, obs_norm, scaler)
+    """The actor-critic with Adam (eps 1e-5) and the normalizers the config asks for."""
+    return build_agent(config, envs, device,
+                       lambda params: torch.optim.Adam(params, lr=config.learning_rate, eps=1e-5))  # fmt: skip
 
 
 # ---- the update ---------------------------------------------------------------------------------
@@ -292,7 +221,6 @@ def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
         "losses/approx_kl": approx_kl.item(),
         "losses/clipfrac": float(np.mean(clipfracs)),
         "losses/explained_variance": explained,
-        "charts/learning_rate": optimizer.param_groups[0]["lr"],
     }
 
 
@@ -301,94 +229,12 @@ def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
 
 def train(config: Config, resume: Path | None = None) -> Path:
     """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    if resume is None:
-        config = resolve(config)
-        run_dir = run.new_run_dir(config.runs_dir, config.name, env_id=config.env, algo="ppo",
-                                  seed=config.seed)  # fmt: skip
-        run.save_config(run_dir, config)
-        state: dict[str, Any] | None = None
-    else:
-        run_dir = Path(resume)
-        state = run.load_checkpoint(run_dir)
-    assert config.total_steps is not None
-    device = resolve_device(config.device)
-    seed_everything(config.seed, config.torch_deterministic)
-    torch.set_num_threads(config.torch_threads or 1)
-
-    envs = make_envs(config)
-    agent = make_agent(config, envs, device)
-    split = run.TimeSplit()
-    sampler = Sampler(
-        envs,
-        agent.net,
-        config.num_steps or 0,
-        device=device,
-        gamma=config.gamma,
-        double_buffered=config.sampler == "double",
-        obs_transform=agent.obs_norm,
-        reward_transform=agent.reward_scaler,
-        timer=split,
-    )
-    iteration, global_step, env_seed, elapsed = 0, 0, config.seed, 0.0
-    if state is not None:
-        agent.load_state_dict(state["agent"])
-        iteration, global_step = state["iteration"], state["global_step"]
-        elapsed = state["elapsed"]
-        # Env states cannot be saved (an emulator's RAM, a simulator's contacts): the envs
-        # restart from fresh episodes, with seeds no earlier episode used.
-        env_seed = config.seed + iteration * envs.num_envs
-    sampler.reset(seed=env_seed)
-    if state is not None:
-        run.set_rng_state(state["rng"])
-
-    logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
-                        project=config.wandb_project, config=config)  # fmt: skip
-    checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
-
-    def save() -> None:
-        logger.flush()  # the logs up to the checkpoint survive a kill, as the checkpoint does
-        checkpointer.save({
-            "agent": agent.state_dict(), "iteration": iteration, "global_step": global_step,
-            "elapsed": logger.elapsed(), "rng": run.rng_state(), "env_seed": env_seed,
-        })  # fmt: skip
-
-    start_time, start_step = time.perf_counter(), global_step
-    with (
-        run.Progress(config.total_steps, start_step=global_step, enabled=config.progress,
-                     description=f"ppo {config.env}") as progress,
-        run.GracefulInterrupt() as interrupt,
-    ):  # fmt: skip
-        try:
-            while iteration < config.num_iterations and not interrupt.requested:
-                if config.anneal_lr:
-                    frac = 1.0 - iteration / config.num_iterations
-                    agent.optimizer.param_groups[0]["lr"] = frac * config.learning_rate
-                rollout = sampler.collect()
-                global_step += config.batch_size
-                with split("learn"):
-                    stats = update(config, agent, rollout)
-                iteration += 1
-                returns, lengths = sampler.episodes.pop()
-                if returns:
-                    logger.episodes(global_step, returns, lengths)
-                sps = (global_step - start_step) / (time.perf_counter() - start_time)
-                stats["charts/SPS"] = sps
-                stats.update({f"time/{k}": v for k, v in split.fractions().items()})
-                logger.scalars(global_step, stats)
-                progress.update(global_step, logger.recent_return)
-                if checkpointer.due():
-                    save()
-            save()
-        finally:
-            logger.close()
-            envs.close()
-    run.plot_curves(run_dir)
-    return run_dir
+    return run_loop(config, "ppo", resume, resolve=resolve, make_agent=make_agent, update=update)
 
 
 def resume(run_dir: Path) -> Path:
     """Continue the run in `run_dir` from its last checkpoint."""
-    return train(run.load_config(run_dir, Config), resume=run_dir)
+    return train(load_config(run_dir, Config), resume=run_dir)
 
 
 # ---- eval ---------------------------------------------------------------------------------------
@@ -396,15 +242,4 @@ def resume(run_dir: Path) -> Path:
 
 def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    state = run.load_checkpoint(run_dir)["agent"]
-    with make_envs(config, num_envs=1) as probe:
-        agent = make_agent(config, probe, torch.device(device))
-    agent.load_state_dict(state)
-    net, norm = agent.net.eval(), agent.obs_norm
-
-    def policy(obs: np.ndarray) -> np.ndarray:
-        x = norm(obs, update=False) if norm is not None else obs
-        action, _, _ = net.act(torch.as_tensor(x, device=device), deterministic=True)
-        return action.cpu().numpy()
-
-    return policy
+    return onpolicy.load_policy(run_dir, config, make_agent, device)

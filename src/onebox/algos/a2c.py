@@ -1,0 +1,176 @@
+"""A2C (Mnih et al. 2016, synchronous variant) with Stable-Baselines3's defaults.
+
+    onebox train a2c --env CartPole-v1
+
+One iteration collects `num_steps` (5) steps from each of `num_envs` envs with the `Sampler`,
+computes n-step returns (GAE with lambda 1 by default), and takes one RMSprop step on the
+policy-gradient loss, the value loss (mean squared error, as SB3) weighted by `vf_coef`, and an
+entropy bonus, with the gradient norm clipped.
+
+Presets per env family follow SB3 and the RL Baselines3 Zoo: `classic` (8 envs, no entropy bonus),
+`atari` (16 envs, entropy 0.01, value coefficient 0.25), `continuous` (8 envs, observation and
+reward normalization). Any field given on the command line wins over the preset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from onebox.algos import onpolicy
+from onebox.algos.common import check_positive
+from onebox.algos.onpolicy import Agent, build_agent, resolve_common, run_loop
+from onebox.nn.networks import ActorCritic
+from onebox.run import load_config
+from onebox.sampling import Rollout, gae
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "classic": dict(total_steps=500_000, num_envs=8, ent_coef=0.0, vf_coef=0.5,
+                    normalize_obs=False, normalize_reward=False),
+    "atari": dict(total_steps=10_000_000, num_envs=16, ent_coef=0.01, vf_coef=0.25,
+                  normalize_obs=False, normalize_reward=False),
+    "continuous": dict(total_steps=1_000_000, num_envs=8, ent_coef=0.0, vf_coef=0.5,
+                       normalize_obs=True, normalize_reward=True),
+}  # fmt: skip
+"""SB3 / Zoo hyperparameters per env family; the fields left None in `Config` come from here."""
+
+
+@dataclasses.dataclass
+class Config:
+    """Train an agent with A2C. Fields left unset come from the env family's preset."""
+
+    env: str = "CartPole-v1"
+    """Env id (`onebox envs` lists them)."""
+    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
+    preset: Literal["auto", "classic", "atari", "continuous"] = "auto"
+    """Hyperparameter preset: `auto` picks by env (Atari, continuous actions, or classic)."""
+    total_steps: int | None = None
+    """Env steps to train for (preset: 500k classic, 10M Atari, 1M continuous)."""
+    num_envs: int | None = None
+    """Envs stepped in parallel (preset: 8, or 16 Atari)."""
+    num_steps: int = 5
+    """Steps per env in each rollout: the n of the n-step returns."""
+    learning_rate: float = 7e-4
+    """RMSprop learning rate."""
+    anneal_lr: bool = False
+    """Anneal the learning rate linearly to 0 over the run."""
+    rms_alpha: float = 0.99
+    """RMSprop smoothing constant."""
+    rms_eps: float = 1e-5
+    """RMSprop epsilon."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda (1: plain n-step returns)."""
+    norm_adv: bool = False
+    """Normalize the advantages of each rollout."""
+    ent_coef: float | None = None
+    """Entropy bonus coefficient (preset: 0, or 0.01 Atari)."""
+    vf_coef: float | None = None
+    """Value loss coefficient (preset: 0.5, or 0.25 Atari)."""
+    max_grad_norm: float = 0.5
+    """Gradient norm clip."""
+    normalize_obs: bool | None = None
+    """Running observation normalization (preset: on for continuous control only)."""
+    normalize_reward: bool | None = None
+    """Scale rewards by the running std of the discounted return (preset: continuous only)."""
+    sampler: Literal["sync", "double"] = "sync"
+    """`sync` steps all envs then infers; `double` overlaps two halves (needs even num_envs)."""
+    num_threads: int | None = None
+    """Env pool threads (default: physical cores)."""
+    torch_threads: int | None = None
+    """CPU threads for torch (default: 1 for MLPs, the physical cores for CNNs)."""
+    log_every: int = 100
+    """Log the losses every this many updates (episodes are always logged)."""
+    seed: int = 1
+    """Seed of the env pool, the network initialization and the sampling."""
+    device: str = "auto"
+    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, `cuda:1`, ..."""
+    torch_deterministic: bool = True
+    """Deterministic cuDNN kernels."""
+    runs_dir: str = "runs"
+    """Where run folders are created."""
+    name: str | None = None
+    """Run folder name (default: env__a2c__seed__time)."""
+    checkpoint_minutes: float = 10.0
+    """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
+    progress: bool | None = None
+    """Show a progress bar (default: when stderr is a terminal)."""
+    track: bool = False
+    """Also log to Weights & Biases."""
+    wandb_project: str = "onebox"
+    """Weights & Biases project for `--track`."""
+
+
+def resolve(config: Config) -> Config:
+    """Fill the preset and check every field; raise ValueError before any work starts."""
+    config = resolve_common(config, PRESETS)
+    check_positive(config, "rms_eps", "log_every", "max_grad_norm")
+    if not 0 <= config.rms_alpha < 1:
+        raise ValueError(f"--rms-alpha must be in [0, 1), got {config.rms_alpha}")
+    return config
+
+
+def make_agent(config: Config, envs: Any, device: torch.device) -> Agent:
+    """The actor-critic with RMSprop and the normalizers the config asks for."""
+    return build_agent(
+        config,
+        envs,
+        device,
+        lambda params: torch.optim.RMSprop(
+            params, lr=config.learning_rate, alpha=config.rms_alpha, eps=config.rms_eps
+        ),
+    )
+
+
+def loss(config: Any, net: ActorCritic, rollout: Rollout) -> tuple[torch.Tensor, dict[str, float]]:
+    """The actor-critic loss of one rollout and its parts to log. `config` gives gamma,
+    gae_lambda, norm_adv, ent_coef and vf_coef (A3C's workers use it too)."""
+    advantages, returns = gae(rollout.rewards, rollout.values, rollout.ends, rollout.next_value,
+                              config.gamma, config.gae_lambda)  # fmt: skip
+    dist, values = net.dist(rollout.obs.flatten(0, 1))
+    logprobs = net.log_prob(dist, rollout.actions.flatten(0, 1))
+    adv = advantages.flatten()
+    if config.norm_adv:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg_loss = -(adv * logprobs).mean()
+    v_loss = F.mse_loss(values, returns.flatten())
+    entropy = net.entropy(dist).mean()
+    total = pg_loss - config.ent_coef * entropy + config.vf_coef * v_loss
+    return total, {
+        "losses/policy_loss": pg_loss.item(),
+        "losses/value_loss": v_loss.item(),
+        "losses/entropy": entropy.item(),
+    }
+
+
+def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
+    """One gradient step on one rollout; returns the losses to log."""
+    total, stats = loss(config, agent.net, rollout)
+    agent.optimizer.zero_grad()
+    total.backward()
+    nn.utils.clip_grad_norm_(agent.net.parameters(), config.max_grad_norm)
+    agent.optimizer.step()
+    return stats
+
+
+def train(config: Config, resume: Path | None = None) -> Path:
+    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
+    return run_loop(config, "a2c", resume, resolve=resolve, make_agent=make_agent, update=update,
+                    log_every=config.log_every)  # fmt: skip
+
+
+def resume(run_dir: Path) -> Path:
+    """Continue the run in `run_dir` from its last checkpoint."""
+    return train(load_config(run_dir, Config), resume=run_dir)
+
+
+def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
+    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
+    return onpolicy.load_policy(run_dir, config, make_agent, device)

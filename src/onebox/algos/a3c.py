@@ -1,0 +1,385 @@
+"""A3C (Mnih et al. 2016): asynchronous actor-learners updating one shared model Hogwild-style.
+
+    onebox train a3c --env CartPole-v1 --actors 2
+
+`actors` worker processes each own a small env pool and a local copy of the network. A worker
+copies the shared weights, plays `num_steps` steps in each of its envs (the `Sampler`), computes
+the n-step actor-critic gradient of A2C's loss on its local copy, and applies it to the shared
+model with a shared RMSprop (its statistics live in shared memory too, as in the paper), without
+locks. The main process only watches: it logs the episodes and losses the workers send over a
+queue, saves checkpoints, restarts a worker that dies (found through its process sentinel), and
+on Ctrl-C or at the end stops the workers and saves. Resume continues from the checkpointed
+weights, optimizer statistics and step count (the asynchronous interleaving itself cannot be
+replayed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing.connection
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import multiprocessing as mp
+from torch import nn
+
+import onebox.envs
+from onebox import run
+from onebox.algos import a2c
+from onebox.algos.common import (
+    check_positive,
+    parse_env_options,
+    probe_env,
+    seed_everything,
+)
+from onebox.algos.onpolicy import Agent
+from onebox.nn.networks import ActorCritic
+from onebox.sampling import Sampler
+
+
+@dataclasses.dataclass
+class Config:
+    """Train an agent with A3C: Hogwild worker processes sharing one model."""
+
+    env: str = "CartPole-v1"
+    """Env id (`onebox envs` lists them)."""
+    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
+    total_steps: int = 500_000
+    """Env steps to train for, summed over all actors."""
+    actors: int = 2
+    """Worker processes, each with its own env pool and local network."""
+    envs_per_actor: int = 4
+    """Envs in each worker's pool."""
+    num_steps: int = 5
+    """Steps per env between a worker's updates: the n of the n-step returns (t_max)."""
+    learning_rate: float = 7e-4
+    """Shared RMSprop learning rate."""
+    rms_alpha: float = 0.99
+    """RMSprop smoothing constant."""
+    rms_eps: float = 1e-5
+    """RMSprop epsilon."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda (1: plain n-step returns)."""
+    norm_adv: bool = False
+    """Normalize the advantages of each rollout."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Gradient norm clip, per worker update."""
+    num_threads: int = 1
+    """Env pool threads in each worker."""
+    max_restarts: int = 10
+    """Worker restarts allowed before the run fails (a worker that keeps dying is a bug)."""
+    log_every: int = 100
+    """Each worker sends its mean losses every this many of its updates."""
+    seed: int = 1
+    """Seed of the network initialization; worker k's envs and sampling get distinct seeds."""
+    runs_dir: str = "runs"
+    """Where run folders are created."""
+    name: str | None = None
+    """Run folder name (default: env__a3c__seed__time)."""
+    checkpoint_minutes: float = 10.0
+    """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
+    progress: bool | None = None
+    """Show a progress bar (default: when stderr is a terminal)."""
+    track: bool = False
+    """Also log to Weights & Biases."""
+    wandb_project: str = "onebox"
+    """Weights & Biases project for `--track`."""
+
+
+def resolve(config: Config) -> Config:
+    """Check every field and the env; raise ValueError before any work starts."""
+    if onebox.envs.backend_of(config.env) is None:
+        onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
+    _, obs_space, act_space = probe_env(config.env, **parse_env_options(config.env_options))
+    ActorCritic.check_spaces(obs_space, act_space)
+    check_positive(config, "total_steps", "actors", "envs_per_actor", "num_steps")
+    check_positive(config, "learning_rate", "rms_eps", "max_grad_norm", "num_threads", "log_every")
+    if config.max_restarts < 0:
+        raise ValueError(f"--max-restarts must be >= 0, got {config.max_restarts}")
+    if not 0 <= config.gamma <= 1 or not 0 <= config.gae_lambda <= 1:
+        raise ValueError("--gamma and --gae-lambda must be in [0, 1]")
+    if not 0 <= config.rms_alpha < 1:
+        raise ValueError(f"--rms-alpha must be in [0, 1), got {config.rms_alpha}")
+    return config
+
+
+# ---- the shared model ---------------------------------------------------------------------------
+
+
+def make_agent(config: Config, envs: Any) -> Agent:
+    """The actor-critic and its RMSprop (on the CPU: the workers share them in memory)."""
+    net = ActorCritic(envs.single_observation_space, envs.single_action_space)
+    optimizer = torch.optim.RMSprop(
+        net.parameters(), lr=config.learning_rate, alpha=config.rms_alpha, eps=config.rms_eps
+    )
+    return Agent(net, optimizer, None, None)
+
+
+def share(agent: Agent) -> None:
+    """Move the weights and the optimizer's statistics to shared memory, creating the statistics
+    now (RMSprop would create them lazily, privately in each worker)."""
+    agent.net.share_memory()
+    for group in agent.optimizer.param_groups:
+        for p in group["params"]:
+            state = agent.optimizer.state[p]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32)
+                state["square_avg"] = torch.zeros_like(p)
+            for value in state.values():
+                if torch.is_tensor(value):
+                    value.share_memory_()
+
+
+# ---- the workers --------------------------------------------------------------------------------
+
+Report = tuple[int, int, list[float], list[int], dict[str, float] | None]
+"""What a worker sends: (rank, global step, episode returns, episode lengths, mean losses)."""
+
+
+def worker(
+    rank: int,
+    seed: int,
+    config: Config,
+    agent: Agent,
+    steps: torch.Tensor,
+    stop: torch.Tensor,
+    reports: Any,
+) -> None:
+    """One actor-learner: copy the shared weights, play a rollout, push its gradient, repeat.
+
+    `steps[rank]` counts the env steps of this rank (shared, one writer each), `stop[0]` tells it
+    to stop; both are lock-free shared tensors, so a worker killed at any point leaves no lock
+    held that the others or the main process would wait on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
+    torch.set_num_threads(1)
+    seed_everything(seed)
+    envs = onebox.envs.make(config.env, config.envs_per_actor, num_threads=config.num_threads,
+                            seed=seed, autoreset_mode="SameStep",
+                            **parse_env_options(config.env_options))  # fmt: skip
+    shared, optimizer = agent.net, agent.optimizer
+    local = ActorCritic(envs.single_observation_space, envs.single_action_space)
+    sampler = Sampler(envs, local, config.num_steps, gamma=config.gamma)
+    sampler.reset(seed=seed)
+    batch = config.envs_per_actor * config.num_steps
+    sums: dict[str, float] = {}
+    updates = 0
+    with envs:
+        while not stop[0] and int(steps.sum()) < config.total_steps:
+            local.load_state_dict(shared.state_dict())
+            rollout = sampler.collect()
+            total, stats = a2c.loss(config, local, rollout)
+            local.zero_grad()
+            total.backward()
+            nn.utils.clip_grad_norm_(local.parameters(), config.max_grad_norm)
+            for mine, theirs in zip(local.parameters(), shared.parameters(), strict=True):
+                theirs.grad = mine.grad
+            optimizer.step()  # Hogwild: no lock around the shared weights
+            steps[rank] += batch
+            step = int(steps.sum())
+            updates += 1
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + value
+            returns, lengths = sampler.episodes.pop()
+            means = None
+            if updates % config.log_every == 0:
+                means = {key: value / config.log_every for key, value in sums.items()}
+                sums = {}
+            if returns or means:
+                reports.send((rank, step, returns, lengths, means))
+    reports.close()
+
+
+class Workers:
+    """The worker processes: started, watched through their sentinels, restarted when they die,
+    and stopped. Each sends its reports through its own pipe, so a worker killed in the middle of
+    a message breaks nothing of the others'. Every start (restarts included) gets its own seeds.
+    """
+
+    def __init__(self, config: Config, agent: Agent, step: int, starts: int) -> None:
+        self.config, self.agent = config, agent
+        self.ctx = mp.get_context("spawn")
+        self.steps = torch.zeros(config.actors, dtype=torch.int64).share_memory_()
+        self.steps[0] = step
+        self.stop = torch.zeros(1, dtype=torch.bool).share_memory_()
+        self.starts, self.restarts = starts, 0
+        self.procs: list[Any] = [None] * config.actors
+        self.pipes: list[Any] = [None] * config.actors
+        for rank in range(config.actors):
+            self._start(rank)
+
+    def _start(self, rank: int) -> None:
+        seed = self.config.seed + (1 + self.starts) * self.config.envs_per_actor
+        self.starts += 1
+        reader, writer = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(
+            target=worker,
+            args=(rank, seed, self.config, self.agent, self.steps, self.stop, writer),
+            daemon=True,
+        )
+        proc.start()
+        writer.close()  # the worker holds the only writing end: its death closes the pipe
+        self.procs[rank], self.pipes[rank] = proc, reader
+
+    @property
+    def step(self) -> int:
+        """Env steps so far, over all workers."""
+        return int(self.steps.sum())
+
+    @property
+    def done(self) -> bool:
+        return self.step >= self.config.total_steps
+
+    def watch(self, timeout: float) -> list[Report]:
+        """Wait up to `timeout` s for reports or exits; restart any worker that died before the
+        end; return the reports received."""
+        ready = multiprocessing.connection.wait(
+            [p.sentinel for p in self.procs] + self.pipes, timeout
+        )
+        reports = self._receive([r for r in self.pipes if r in ready])
+        for rank, proc in enumerate(self.procs):
+            if proc.exitcode is not None and not self.stop[0] and not self.done:
+                if self.restarts >= self.config.max_restarts:
+                    raise RuntimeError(
+                        f"A3C worker {rank} exited with code {proc.exitcode} after "
+                        f"{self.restarts} restarts (--max-restarts); see its error above"
+                    )
+                reports += self._receive([self.pipes[rank]])
+                self.pipes[rank].close()
+                self.restarts += 1
+                self._start(rank)
+        return reports
+
+    @staticmethod
+    def _receive(readers: list[Any]) -> list[Report]:
+        out = []
+        for reader in readers:
+            try:
+                while not reader.closed and reader.poll():
+                    out.append(reader.recv())
+            except (EOFError, OSError):  # the worker exited (possibly mid-message)
+                pass
+        return out
+
+    def close(self) -> list[Report]:
+        """Stop the workers and return their last reports."""
+        self.stop[0] = True
+        reports: list[Report] = []
+        deadline = time.monotonic() + 30
+        while any(p.exitcode is None for p in self.procs) and time.monotonic() < deadline:
+            reports += self._receive(self.pipes)  # a worker blocked on a full pipe can finish
+            multiprocessing.connection.wait([p.sentinel for p in self.procs], 0.05)
+        for proc in self.procs:
+            if proc.exitcode is None:
+                proc.kill()
+            proc.join()
+        reports += self._receive(self.pipes)
+        for reader in self.pipes:
+            reader.close()
+        return reports
+
+
+# ---- the run ------------------------------------------------------------------------------------
+
+
+def train(config: Config, resume: Path | None = None) -> Path:
+    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
+    if resume is None:
+        config = resolve(config)
+        run_dir = run.new_run_dir(config.runs_dir, config.name, env_id=config.env, algo="a3c",
+                                  seed=config.seed)  # fmt: skip
+        run.save_config(run_dir, config)
+        state: dict[str, Any] | None = None
+    else:
+        run_dir = Path(resume)
+        state = run.load_checkpoint(run_dir)
+    seed_everything(config.seed)
+    with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
+        agent = make_agent(config, probe)
+    global_step, starts, elapsed = 0, 0, 0.0
+    if state is not None:
+        agent.load_state_dict(state["agent"])
+        global_step, starts, elapsed = state["global_step"], state["starts"], state["elapsed"]
+    share(agent)
+
+    logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
+                        project=config.wandb_project, config=config)  # fmt: skip
+    checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
+    workers = Workers(config, agent, global_step, starts)
+    start_time, start_step = time.perf_counter(), global_step
+    last_log = start_time
+
+    def log(reports: list[Report], charts: bool | None = None) -> None:
+        """Log the reports, and SPS and restarts if `charts` (None: once a second)."""
+        nonlocal last_log
+        for _rank, step, returns, lengths, losses in reports:
+            if returns:
+                logger.episodes(step, returns, lengths)
+            if losses:
+                logger.scalars(step, losses)
+        now = time.perf_counter()
+        step = workers.step
+        if charts is None:
+            charts = now - last_log >= 1.0
+        if step > start_step and charts:
+            logger.scalars(step, {"charts/SPS": (step - start_step) / (now - start_time),
+                                  "charts/actor_restarts": workers.restarts})  # fmt: skip
+            last_log = now
+
+    def save() -> None:
+        logger.flush()
+        checkpointer.save({
+            "agent": agent.state_dict(), "global_step": workers.step,
+            "starts": workers.starts, "elapsed": logger.elapsed(),
+        })  # fmt: skip
+
+    with (
+        run.Progress(config.total_steps, start_step=global_step, enabled=config.progress,
+                     description=f"a3c {config.env}") as progress,
+        run.GracefulInterrupt() as interrupt,
+    ):  # fmt: skip
+        try:
+            while not workers.done and not interrupt.requested:
+                log(workers.watch(timeout=0.1))
+                step = workers.step
+                progress.update(min(step, config.total_steps), logger.recent_return)
+                if checkpointer.due():
+                    save()
+            log([], charts=True)  # SPS up to here, not the shutdown
+            log(workers.close(), charts=False)
+            save()
+        finally:
+            workers.close()
+            logger.close()
+    run.plot_curves(run_dir)
+    return run_dir
+
+
+def resume(run_dir: Path) -> Path:
+    """Continue the run in `run_dir` from its last checkpoint."""
+    return train(run.load_config(run_dir, Config), resume=run_dir)
+
+
+def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
+    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
+    state = run.load_checkpoint(run_dir)["agent"]
+    with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
+        net = ActorCritic(probe.single_observation_space, probe.single_action_space)
+    net.load_state_dict(state["net"])
+    net.to(device).eval()
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        action, _, _ = net.act(torch.as_tensor(obs, device=device), deterministic=True)
+        return action.cpu().numpy()
+
+    return policy

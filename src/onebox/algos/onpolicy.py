@@ -1,0 +1,241 @@
+"""What the on-policy learners (PPO, A2C) share: the agent a checkpoint restores, the training env
+pool, the run loop (run folder, logs, progress bar, checkpoints, Ctrl-C, exact resume) around a
+`Sampler`, and the greedy policy of a finished run for `onebox eval`.
+
+A learner module supplies its config (a dataclass with the fields `run_loop` reads: env, seed,
+total_steps, num_envs, num_steps, sampler, learning_rate, anneal_lr, gamma, torch_threads, device,
+...), `make_agent(config, envs, device)` and `update(config, agent, rollout) -> stats`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import onebox.envs
+from onebox import run
+from onebox.algos.common import (
+    check_positive,
+    fill_preset,
+    parse_env_options,
+    probe_env,
+    resolve_device,
+    seed_everything,
+)
+from onebox.nn.networks import ActorCritic
+from onebox.nn.normalize import ObsNormalizer, RewardScaler
+from onebox.sampling import Rollout, Sampler
+
+
+@dataclasses.dataclass
+class Agent:
+    """Network, optimizer and normalizers: everything a checkpoint must restore."""
+
+    net: ActorCritic
+    optimizer: torch.optim.Optimizer
+    obs_norm: ObsNormalizer | None
+    reward_scaler: RewardScaler | None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "net": self.net.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "obs_norm": self.obs_norm.state_dict() if self.obs_norm else None,
+            "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.obs_norm is not None:
+            self.obs_norm.load_state_dict(state["obs_norm"])
+        if self.reward_scaler is not None:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
+
+
+def resolve_common(config: Any, presets: dict[str, dict[str, Any]]) -> Any:
+    """Check the env and its options, fill the env family's preset (or `config.preset`'s) into
+    the fields left None, pick thread counts, and check the fields every on-policy learner has
+    (sizes, learning rate, sampler, gamma, gae_lambda, device); raise ValueError on bad input."""
+    env_kwargs = parse_env_options(config.env_options)
+    if onebox.envs.backend_of(config.env) is None:
+        onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
+    family, obs_space, act_space = probe_env(config.env, **env_kwargs)
+    ActorCritic.check_spaces(obs_space, act_space)
+    family = config.preset if config.preset != "auto" else family
+    config = fill_preset(config, presets[family])
+    if config.preset == "auto":
+        config = dataclasses.replace(config, preset=family)
+    if config.num_threads is None:
+        config = dataclasses.replace(config, num_threads=onebox.envs.physical_cores())
+    if config.torch_threads is None:
+        threads = onebox.envs.physical_cores() if family == "atari" else 1
+        config = dataclasses.replace(config, torch_threads=threads)
+    check_positive(config, "total_steps", "num_envs", "num_steps", "learning_rate")
+    check_positive(config, "torch_threads")
+    if config.sampler == "double" and (config.num_envs < 2 or config.num_envs % 2):
+        raise ValueError(f"--sampler double needs an even --num-envs >= 2, got {config.num_envs}")
+    if not 0 <= config.gamma <= 1 or not 0 <= config.gae_lambda <= 1:
+        raise ValueError("--gamma and --gae-lambda must be in [0, 1]")
+    resolve_device(config.device)
+    return config
+
+
+MakeOptimizer = Callable[[Any], torch.optim.Optimizer]
+"""Network parameters -> optimizer."""
+
+
+def build_agent(config: Any, envs: Any, device: torch.device, optimizer: MakeOptimizer) -> Agent:
+    """An `ActorCritic` for the pool's spaces, its optimizer, and the normalizers the config asks
+    for (`normalize_obs`, `normalize_reward`)."""
+    net = ActorCritic(envs.single_observation_space, envs.single_action_space).to(device)
+    obs_norm = ObsNormalizer(envs.single_observation_space.shape) if config.normalize_obs else None
+    scaler = RewardScaler(envs.num_envs, config.gamma) if config.normalize_reward else None
+    return Agent(net, optimizer(net.parameters()), obs_norm, scaler)
+
+
+def make_envs(config: Any, num_envs: int | None = None, seed: int | None = None) -> Any:
+    """The training env pool (same-step autoreset, half batches for double buffering)."""
+    n = num_envs if num_envs is not None else config.num_envs
+    assert n is not None
+    return onebox.envs.make(
+        config.env,
+        n,
+        batch_size=n // 2 if num_envs is None and config.sampler == "double" else None,
+        num_threads=config.num_threads,
+        seed=config.seed if seed is None else seed,
+        autoreset_mode="SameStep",
+        **parse_env_options(config.env_options),
+    )
+
+
+MakeAgent = Callable[[Any, Any, torch.device], Agent]
+Update = Callable[[Any, Agent, Rollout], dict[str, float]]
+
+
+def run_loop(
+    config: Any,
+    algo: str,
+    resume: Path | None,
+    *,
+    resolve: Callable[[Any], Any],
+    make_agent: MakeAgent,
+    update: Update,
+    log_every: int = 1,
+) -> Path:
+    """Train (or, with `resume`, continue the run in that folder); return the run folder.
+
+    Each iteration collects one rollout of `num_steps` steps from `num_envs` envs and calls
+    `update`; its stats are logged every `log_every` iterations (and at the last one). The
+    learning rate anneals linearly to 0 when `config.anneal_lr`.
+    """
+    if resume is None:
+        config = resolve(config)
+        run_dir = run.new_run_dir(config.runs_dir, config.name, env_id=config.env, algo=algo,
+                                  seed=config.seed)  # fmt: skip
+        run.save_config(run_dir, config)
+        state: dict[str, Any] | None = None
+    else:
+        run_dir = Path(resume)
+        state = run.load_checkpoint(run_dir)
+    batch = config.num_envs * config.num_steps
+    num_iterations = max(1, config.total_steps // batch)
+    device = resolve_device(config.device)
+    seed_everything(config.seed, config.torch_deterministic)
+    torch.set_num_threads(config.torch_threads or 1)
+
+    envs = make_envs(config)
+    agent = make_agent(config, envs, device)
+    split = run.TimeSplit()
+    sampler = Sampler(
+        envs,
+        agent.net,
+        config.num_steps,
+        device=device,
+        gamma=config.gamma,
+        double_buffered=config.sampler == "double",
+        obs_transform=agent.obs_norm,
+        reward_transform=agent.reward_scaler,
+        timer=split,
+    )
+    iteration, global_step, env_seed, elapsed = 0, 0, config.seed, 0.0
+    if state is not None:
+        agent.load_state_dict(state["agent"])
+        iteration, global_step = state["iteration"], state["global_step"]
+        elapsed = state["elapsed"]
+        # Env states cannot be saved (an emulator's RAM, a simulator's contacts): the envs
+        # restart from fresh episodes, with seeds no earlier episode used.
+        env_seed = config.seed + iteration * envs.num_envs
+    sampler.reset(seed=env_seed)
+    if state is not None:
+        run.set_rng_state(state["rng"])
+
+    logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
+                        project=config.wandb_project, config=config)  # fmt: skip
+    checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
+
+    def save() -> None:
+        logger.flush()  # the logs up to the checkpoint survive a kill, as the checkpoint does
+        checkpointer.save({
+            "agent": agent.state_dict(), "iteration": iteration, "global_step": global_step,
+            "elapsed": logger.elapsed(), "rng": run.rng_state(), "env_seed": env_seed,
+        })  # fmt: skip
+
+    start_time, start_step = time.perf_counter(), global_step
+    with (
+        run.Progress(config.total_steps, start_step=global_step, enabled=config.progress,
+                     description=f"{algo} {config.env}") as progress,
+        run.GracefulInterrupt() as interrupt,
+    ):  # fmt: skip
+        try:
+            while iteration < num_iterations and not interrupt.requested:
+                if config.anneal_lr:
+                    frac = 1.0 - iteration / num_iterations
+                    agent.optimizer.param_groups[0]["lr"] = frac * config.learning_rate
+                rollout = sampler.collect()
+                global_step += batch
+                with split("learn"):
+                    stats = update(config, agent, rollout)
+                iteration += 1
+                returns, lengths = sampler.episodes.pop()
+                if returns:
+                    logger.episodes(global_step, returns, lengths)
+                if iteration % log_every == 0 or iteration == num_iterations:
+                    sps = (global_step - start_step) / (time.perf_counter() - start_time)
+                    stats["charts/SPS"] = sps
+                    stats["charts/learning_rate"] = agent.optimizer.param_groups[0]["lr"]
+                    stats.update({f"time/{k}": v for k, v in split.fractions().items()})
+                    logger.scalars(global_step, stats)
+                progress.update(global_step, logger.recent_return)
+                if checkpointer.due():
+                    save()
+            save()
+        finally:
+            logger.close()
+            envs.close()
+    run.plot_curves(run_dir)
+    return run_dir
+
+
+def load_policy(
+    run_dir: Path, config: Any, make_agent: MakeAgent, device: str = "cpu"
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
+    state = run.load_checkpoint(run_dir)["agent"]
+    with make_envs(config, num_envs=1) as probe:
+        agent = make_agent(config, probe, torch.device(device))
+    agent.load_state_dict(state)
+    net, norm = agent.net.eval(), agent.obs_norm
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        x = norm(obs, update=False) if norm is not None else obs
+        action, _, _ = net.act(torch.as_tensor(x, device=device), deterministic=True)
+        return action.cpu().numpy()
+
+    return policy
