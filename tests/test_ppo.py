@@ -229,7 +229,7 @@ def test_bench_train_measures_both_samplers(tmp_path: Path, capsys) -> None:
     assert cli.main(argv) == 0
     text = out.read_text()
     assert "<!-- bench:train:CartPole-v1 -->" in text
-    assert "| sync |" in text and "| double |" in text
+    assert "| sync |" in text and "| double |" in text and "| appo |" in text
     assert cli.main(["bench", "train", "--iterations", "0"]) == 2
 
 

@@ -1,9 +1,11 @@
-"""`onebox bench train`: PPO's env steps per second, sync and double-buffered, with the time split.
+"""`onebox bench train`: learners' env steps per second, with the time split and policy lag.
 
-Each sampler mode trains PPO for `--iterations` timed iterations after one warm-up iteration, with
-the env family's preset (for Pong-v5, CleanRL's ppo_atari_envpool hyperparameters), in a throwaway
-run folder. SPS is measured over the timed iterations only, from the run's own `metrics.csv`; the
-time split is the run's `time/*` fractions (env stepping, inference, learning).
+Modes: PPO with the sync sampler (`sync`), PPO double-buffered (`double`), and APPO (`appo`: IMPALA's
+asynchronous actors and central inference server, PPO's clipped loss on V-trace targets). Each
+trains for `--iterations` timed updates after one warm-up update, with the env family's preset
+(for Pong-v5: CleanRL's ppo_atari_envpool hyperparameters for PPO, IMPALA's Atari settings for
+APPO), in a throwaway run folder. SPS is measured over the timed updates only, from the run's own
+`metrics.csv`; the time split is the run's `time/*` fractions.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dataclasses
 import os
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from onebox.bench import common
 
@@ -28,10 +30,10 @@ class TrainBenchConfig:
 
     env: str = "Pong-v5"
     """Env id."""
-    samplers: tuple[Literal["sync", "double"], ...] = ("sync", "double")
-    """Sampler modes to measure."""
+    modes: tuple[Literal["sync", "double", "appo"], ...] = ("sync", "double", "appo")
+    """What to measure: PPO sync, PPO double-buffered, APPO."""
     iterations: int = 3
-    """Timed PPO iterations per mode, after one warm-up iteration."""
+    """Timed updates per mode, after one warm-up update."""
     num_envs: int | None = None
     """Envs (default: the preset's; 8 for Atari)."""
     num_threads: int | None = None
@@ -46,31 +48,39 @@ class TrainBenchConfig:
 
 @dataclasses.dataclass
 class Result:
-    sampler: str
+    mode: str
     sps: float
     split: dict[str, float]
     batch: int
+    lag: float | None
 
 
-def measure(config: TrainBenchConfig, sampler: str, root: Path) -> Result:
-    """Train for 1 + `iterations` iterations and read the timed part back from the run."""
-    from onebox.algos import ppo
+def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
+    """Train for 1 + `iterations` updates and read the timed part back from the run."""
+    from onebox.algos import appo, ppo
 
-    base = ppo.Config(env=config.env, num_envs=config.num_envs, sampler=sampler)  # type: ignore[arg-type]
-    base = ppo.resolve(dataclasses.replace(base, total_steps=1))
+    if mode == "appo":
+        module: Any = appo
+        base: Any = appo.Config(env=config.env, total_steps=1)
+        fields: dict[str, Any] = {}
+    else:
+        module = ppo
+        base = ppo.Config(env=config.env, num_envs=config.num_envs, sampler=mode, total_steps=1)  # type: ignore[arg-type]
+        fields = {"num_threads": config.num_threads or None}
+    base = module.resolve(base)
     batch = base.batch_size
     run_config = dataclasses.replace(
         base,
         total_steps=batch * (config.iterations + 1),
-        num_threads=config.num_threads or base.num_threads,
         torch_threads=config.torch_threads or base.torch_threads,
         device=config.device,
         runs_dir=str(root),
-        name=f"bench-{sampler}",
+        name=f"bench-{mode}",
         checkpoint_minutes=0.0,
         progress=False,
+        **{k: v for k, v in fields.items() if v is not None},
     )
-    run_dir = ppo.train(run_config)
+    run_dir = module.train(run_config)
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     sps_rows = [(int(r["step"]), float(r["time"])) for r in rows if r["tag"] == "charts/SPS"]
@@ -81,7 +91,9 @@ def measure(config: TrainBenchConfig, sampler: str, root: Path) -> Result:
         for r in rows
         if r["tag"].startswith("time/") and int(r["step"]) == last
     }
-    return Result(sampler, (s1 - s0) / (t1 - t0), split, batch)
+    lags = [float(r["value"]) for r in rows if r["tag"] == "charts/policy_lag"]
+    lag = sum(lags) / len(lags) if lags else None
+    return Result(mode, (s1 - s0) / (t1 - t0), split, batch, lag)
 
 
 def run(config: TrainBenchConfig) -> int:
@@ -91,42 +103,51 @@ def run(config: TrainBenchConfig) -> int:
     console = common.console()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as root:
-        results = [measure(config, s, Path(root)) for s in config.samplers]
-    header = ["sampler", "env steps/s", "frames/s", "env", "inference", "learn", "× CleanRL (240)"]
+        results = [measure(config, m, Path(root)) for m in config.modes]
+    sections = sorted({k for r in results for k in r.split})
+    header = ["mode", "batch", "env steps/s", "frames/s", *sections, "policy lag"]
+    header += ["× CleanRL (240)"]
+    sync = next((r.sps for r in results if r.mode == "sync"), None)
+    if sync:
+        header.append("× PPO sync")
     frames = 4 if "-v5" in config.env and "/" not in config.env else 1
     rows = [
         [
-            r.sampler,
+            r.mode,
+            str(r.batch),
             f"{r.sps:.0f}",
             f"{r.sps * frames:.0f}",
-            *(f"{100 * r.split.get(k, 0.0):.0f}%" for k in ("env", "inference", "learn")),
+            *(f"{100 * r.split.get(k, 0.0):.0f}%" for k in sections),
+            "-" if r.lag is None else f"{r.lag:.1f}",
             f"{r.sps / CLEANRL_ATARI_SPS:.2f}×",
+            *([f"{r.sps / sync:.2f}×"] if sync else []),
         ]
         for r in results
     ]
     from rich.table import Table
 
-    table = Table(title=f"PPO on {config.env}, batch {results[0].batch} steps per iteration")
+    table = Table(title=f"training throughput on {config.env}")
     for h in header:
-        table.add_column(h, justify="left" if h == "sampler" else "right")
+        table.add_column(h, justify="left" if h == "mode" else "right")
     for row in rows:
         table.add_row(*row)
     console.print(table)
     if config.output is not None:
         machine = common.machine_info(("numpy", "torch", "gymnasium", "ale-py"))
         lines = [
-            f"### PPO training throughput, {config.env}",
+            f"### Training throughput, {config.env}",
             "",
-            f"{config.iterations} timed iterations of {results[0].batch} env steps per mode after "
-            "one warm-up iteration; the preset's hyperparameters (CleanRL's for this family). "
-            "Time split: the share of the run's time in env stepping, inference and learning. "
+            f"{config.iterations} timed updates per mode after one warm-up update; each learner's "
+            "preset (PPO: CleanRL's for this family; APPO: IMPALA's), batch = env steps per "
+            "update. Time split: each run's `time/*` shares. Policy lag: learner version minus "
+            "behaviour version, mean over the run. "
             f"× CleanRL: against {CLEANRL_ATARI_SPS:.0f} SPS, the reference's figure for CleanRL's "
             "ppo_atari_envpool on a 2-core machine like this one (not rerun here). Frames/s "
             "count 4 frames per Atari step.",
             "",
             f"1-minute load average when the run began: {load:.1f}.",
             "",
-            common.markdown_table(header, rows, [False] + [True] * 6),
+            common.markdown_table(header, rows, [False] + [True] * (len(header) - 1)),
             "",
             f"Command: `{common.command_line('onebox bench train', config)}`",
             "",
