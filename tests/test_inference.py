@@ -179,9 +179,15 @@ def test_a_killed_process_actor_is_restarted_with_a_fresh_state(tmp_path: Path) 
         bystander.touch()  # so it counts from a fresh state from its first step
         server.spawn(1, stubborn_actor, 4, args=(str(bystander), 300))
         deadline = time.monotonic() + 60
-        while server.requests < 20 and time.monotonic() < deadline:
+        # Kill actor 0 only once its first life has begun (marker written) and is serving: a
+        # slow process start must not make the restart look like a first life.
+        while not os.path.exists(marker) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert server.requests >= 20
+        assert os.path.exists(marker)
+        served = server.requests
+        while server.requests < served + 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.requests >= served + 20
         first_pid = server.pid(0)
         os.kill(first_pid, signal.SIGKILL)
         server.join(0, timeout=60)
