@@ -29,12 +29,7 @@ struct InvertedDoublePendulum {
   }
 
   void Reset(Rng& rng, Obs* obs, double*) {
-    const mjModel* m = sim_.m;
-    sim_.ResetData();
-    std::vector<double> qpos(sim_.init_qpos), qvel(sim_.init_qvel);
-    for (int i = 0; i < m->nq; ++i) qpos[i] += rng.Uniform(-noise_, noise_);
-    for (int i = 0; i < m->nv; ++i) qvel[i] += rng.Normal() * noise_;
-    sim_.SetState(qpos.data(), qvel.data());
+    sim_.ResetNoisy(rng, noise_, /*normal_qvel=*/true);
     Write(obs);
   }
 

@@ -137,6 +137,17 @@ class Sim {
   // MujocoEnv.reset: mj_resetData; the env then draws qpos, qvel and calls SetState.
   void ResetData() { mj_resetData(m, d); }
 
+  // The reset most v5 envs use: mj_resetData, qpos = init + U(-scale, scale), then
+  // qvel = init + U(-scale, scale) (or + scale * N(0, 1) with `normal_qvel`), in this draw
+  // order, written in place (no allocation), then mj_forward as set_state.
+  void ResetNoisy(Rng& rng, double scale, bool normal_qvel) {
+    mj_resetData(m, d);
+    for (int i = 0; i < m->nq; ++i) d->qpos[i] = init_qpos[i] + rng.Uniform(-scale, scale);
+    for (int i = 0; i < m->nv; ++i)
+      d->qvel[i] = init_qvel[i] + (normal_qvel ? scale * rng.Normal() : rng.Uniform(-scale, scale));
+    mj_forward(m, d);
+  }
+
   // MujocoEnv.set_state.
   void SetState(const double* qpos, const double* qvel) {
     std::copy(qpos, qpos + m->nq, d->qpos);
