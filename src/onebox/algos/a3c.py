@@ -32,6 +32,7 @@ from onebox import run
 from onebox.algos import a2c
 from onebox.algos.common import (
     check_positive,
+    open_run,
     parse_env_options,
     probe_env,
     seed_everything,
@@ -294,15 +295,7 @@ class Workers:
 
 def train(config: Config, resume: Path | None = None) -> Path:
     """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    if resume is None:
-        config = resolve(config)
-        run_dir = run.new_run_dir(config.runs_dir, config.name, env_id=config.env, algo="a3c",
-                                  seed=config.seed)  # fmt: skip
-        run.save_config(run_dir, config)
-        state: dict[str, Any] | None = None
-    else:
-        run_dir = Path(resume)
-        state = run.load_checkpoint(run_dir)
+    config, run_dir, state = open_run(config, resume, "a3c", resolve)
     seed_everything(config.seed)
     with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
         agent = make_agent(config, probe)

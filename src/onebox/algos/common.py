@@ -6,12 +6,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 import random
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
 import onebox.envs
+from onebox import run
 
 Family = Literal["classic", "atari", "continuous"]
 
@@ -83,3 +86,19 @@ def check_positive(config: Any, *names: str) -> None:
         if value is None or value <= 0:
             flag = "--" + name.replace("_", "-")
             raise ValueError(f"{flag} must be positive, got {value}")
+
+
+def open_run(
+    config: Any, resume: Path | None, algo: str, resolve: Callable[[Any], Any]
+) -> tuple[Any, Path, dict[str, Any] | None]:
+    """Start or reopen a run: without `resume`, resolve the config (raising on bad input before
+    anything is written), make a new run folder and save the resolved config there; with it,
+    the folder and its last checkpoint. Returns (config, run folder, checkpoint or None)."""
+    if resume is not None:
+        return config, Path(resume), run.load_checkpoint(Path(resume))
+    config = resolve(config)
+    run_dir = run.new_run_dir(
+        config.runs_dir, config.name, env_id=config.env, algo=algo, seed=config.seed
+    )
+    run.save_config(run_dir, config)
+    return config, run_dir, None

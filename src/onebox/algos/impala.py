@@ -37,6 +37,7 @@ from onebox import run
 from onebox.algos.common import (
     check_positive,
     fill_preset,
+    open_run,
     parse_env_options,
     probe_env,
     resolve_device,
@@ -386,15 +387,7 @@ def train_async(
 ) -> Path:
     """The actor-learner loop shared by IMPALA and APPO: actor threads on the inference server
     feed unrolls to `update_fn`; the run folder, logs, checkpoints and resume as PPO's."""
-    if resume is None:
-        config = resolve_fn(config)
-        run_dir = run.new_run_dir(config.runs_dir, config.name, env_id=config.env, algo=algo,
-                                  seed=config.seed)  # fmt: skip
-        run.save_config(run_dir, config)
-        state: dict[str, Any] | None = None
-    else:
-        run_dir = Path(resume)
-        state = run.load_checkpoint(run_dir)
+    config, run_dir, state = open_run(config, resume, algo, resolve_fn)
     assert config.total_steps is not None and config.actors is not None
     device = resolve_device(config.device)
     seed_everything(config.seed)

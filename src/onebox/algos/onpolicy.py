@@ -23,6 +23,7 @@ from onebox import run
 from onebox.algos.common import (
     check_positive,
     fill_preset,
+    open_run,
     parse_env_options,
     probe_env,
     resolve_device,
@@ -135,15 +136,7 @@ def run_loop(
     `update`; its stats are logged every `log_every` iterations (and at the last one). The
     learning rate anneals linearly to 0 when `config.anneal_lr`.
     """
-    if resume is None:
-        config = resolve(config)
-        run_dir = run.new_run_dir(config.runs_dir, config.name, env_id=config.env, algo=algo,
-                                  seed=config.seed)  # fmt: skip
-        run.save_config(run_dir, config)
-        state: dict[str, Any] | None = None
-    else:
-        run_dir = Path(resume)
-        state = run.load_checkpoint(run_dir)
+    config, run_dir, state = open_run(config, resume, algo, resolve)
     batch = config.num_envs * config.num_steps
     num_iterations = max(1, config.total_steps // batch)
     device = resolve_device(config.device)
