@@ -204,7 +204,7 @@ class Sampler:
             actions = self._act(t, self._all, self._obs)
             with self.timer("env"):
                 result = self.envs.step(actions)
-            obs = self._record(np.full(self.envs.num_envs, t), self._all, result)
+            obs = self._record(t, self._all, result)
             self._obs = obs
         r = self.rollout
         assert self._obs is not None
@@ -248,7 +248,7 @@ class Sampler:
         """Choose actions for envs `ids` at step `rows` (an int or one per env) and store them."""
         assert obs is not None
         st = self._storage
-        index = (torch.as_tensor(rows), torch.as_tensor(ids))
+        index = _index(rows, ids)
         with self.timer("inference"):
             action, logprob, value = self.policy.act(obs)
             st.obs[index] = obs
@@ -261,7 +261,7 @@ class Sampler:
         return out
 
     def _record(
-        self, rows: np.ndarray, ids: np.ndarray, result: tuple[Any, ...], keep: Any = None
+        self, rows: Any, ids: np.ndarray, result: tuple[Any, ...], keep: Any = None
     ) -> torch.Tensor:
         """Store the results of step `rows` of envs `ids` (only where `keep`, if given: the
         others are first observations, not results); return all the next observations."""
@@ -284,7 +284,7 @@ class Sampler:
             values = self._final_values(info, cut if positions is None else positions[cut])
             reward = reward + self.gamma * (values if positions is None else values[positions])
         st = self._storage
-        index = (torch.as_tensor(rows), torch.as_tensor(ids))
+        index = _index(rows, ids)
         st.rewards[index] = torch.from_numpy(np.asarray(reward, np.float32)).to(self.device)
         st.ends[index] = torch.from_numpy(ends).to(self.device)
         return self._to_device(obs, update=True)
@@ -302,3 +302,11 @@ class Sampler:
         if self.obs_transform is not None:
             obs = self.obs_transform(obs, update)
         return torch.as_tensor(obs, device=self.device)
+
+
+def _index(rows: Any, ids: np.ndarray) -> tuple[Any, Any]:
+    """Where step `rows` of envs `ids` lives in the (T, N, ...) storage: a plain row for sync
+    sampling (step `rows` of every env), gathered (row, env) pairs for double buffering."""
+    if isinstance(rows, int):
+        return rows, slice(None)
+    return torch.as_tensor(rows), torch.as_tensor(ids)
