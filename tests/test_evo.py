@@ -237,7 +237,7 @@ def test_ga_solves_cartpole(tmp_path: Path) -> None:
     obs, _ = env.reset()
     total, alive = np.zeros(4), np.ones(4, dtype=bool)
     for _ in range(500):
-        obs, r, term, trunc, _ = env.step(policy(obs))
+        obs, r, term, trunc, _ = env.step(policy(obs, ~alive))
         total += r * alive
         alive &= ~(term | trunc)
     env.close()

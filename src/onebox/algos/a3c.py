@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import multiprocessing as mp
 from torch import nn
@@ -32,6 +31,7 @@ from onebox import run
 from onebox.algos import a2c
 from onebox.algos.common import (
     check_positive,
+    greedy_policy,
     open_run,
     parse_env_options,
     probe_env,
@@ -369,10 +369,4 @@ def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
         net = ActorCritic(probe.single_observation_space, probe.single_action_space)
     net.load_state_dict(state["net"])
-    net.to(device).eval()
-
-    def policy(obs: np.ndarray) -> np.ndarray:
-        action, _, _ = net.act(torch.as_tensor(obs, device=device), deterministic=True)
-        return action.cpu().numpy()
-
-    return policy
+    return greedy_policy(net.to(device), device)

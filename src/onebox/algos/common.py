@@ -102,3 +102,30 @@ def open_run(
     )
     run.save_config(run_dir, config)
     return config, run_dir, None
+
+
+Policy = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""`policy(obs, starts) -> actions` for a batch of envs; `starts[i]`: obs[i] begins an episode."""
+
+
+def greedy_policy(
+    net: Any,
+    device: torch.device | str,
+    transform: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> Policy:
+    """A trained `ActorCritic` as `onebox eval` plays it: the mode of its action distribution.
+
+    A recurrent net keeps its LSTM state between calls, zeroed for the envs `starts` flags.
+    `transform` maps observations first (e.g. a frozen observation normalizer)."""
+    net.eval()
+    state: list[Any] = [None]
+
+    def policy(obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        x = torch.as_tensor(transform(obs) if transform is not None else obs, device=device)
+        if state[0] is None:
+            state[0] = net.initial_state(len(obs), device)
+        starts_t = torch.as_tensor(np.asarray(starts, np.bool_), device=device)
+        action, _, _, state[0] = net.step(x, starts_t, state[0], deterministic=True)
+        return action.cpu().numpy()
+
+    return policy

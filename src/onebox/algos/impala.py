@@ -37,6 +37,7 @@ from onebox import run
 from onebox.algos.common import (
     check_positive,
     fill_preset,
+    greedy_policy,
     open_run,
     parse_env_options,
     probe_env,
@@ -490,10 +491,4 @@ def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     with make_envs(config, config.seed, num_envs=1) as probe:
         net, _ = make_agent(config, probe, torch.device(device))
     net.load_state_dict(state["net"])
-    net.eval()
-
-    def policy(obs: np.ndarray) -> np.ndarray:
-        action, _, _ = net.act(torch.as_tensor(obs, device=device), deterministic=True)
-        return action.cpu().numpy()
-
-    return policy
+    return greedy_policy(net, device)

@@ -1,7 +1,8 @@
 """What `onebox train` and `onebox eval` run: a learner's module is the one defining the config.
 
 Every learner module has `train(config) -> run folder`, `resume(run_dir) -> run folder` and
-`load_policy(run_dir, config) -> (observations -> actions)`; a run folder's `config.json` names its
+`load_policy(run_dir, config) -> policy(obs, starts) -> actions` (`starts` flags the envs whose
+observation begins an episode, for recurrent policies); a run folder's `config.json` names its
 config class, hence its module.
 """
 
@@ -51,11 +52,13 @@ def play(
     tracker = EpisodeTracker(1)
     frames: list[np.ndarray] = []
     obs, _ = envs.reset(seed=seed)
+    starts = np.ones(1, np.bool_)
     while len(tracker.finished_returns) < episodes:
         if record and not tracker.finished_returns:
             frames.append(envs.render()[0] if envs.render_mode else _observed_frame(obs))
-        obs, reward, terminated, truncated, info = envs.step(policy(obs))
-        tracker.update(np.zeros(1, np.int64), reward, np.logical_or(terminated, truncated), info)
+        obs, reward, terminated, truncated, info = envs.step(policy(obs, starts))
+        starts = np.logical_or(terminated, truncated)
+        tracker.update(np.zeros(1, np.int64), reward, starts, info)
     return tracker.finished_returns[:episodes], tracker.finished_lengths[:episodes], frames
 
 

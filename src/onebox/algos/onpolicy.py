@@ -15,14 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 import onebox.envs
 from onebox import run
 from onebox.algos.common import (
+    Policy,
     check_positive,
     fill_preset,
+    greedy_policy,
     open_run,
     parse_env_options,
     probe_env,
@@ -216,19 +217,13 @@ def run_loop(
     return run_dir
 
 
-def load_policy(
-    run_dir: Path, config: Any, make_agent: MakeAgent, device: str = "cpu"
-) -> Callable[[np.ndarray], np.ndarray]:
-    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
+def load_policy(run_dir: Path, config: Any, make_agent: MakeAgent, device: str = "cpu") -> Policy:
+    """The trained policy of a run: greedy actions for a batch of observations."""
     state = run.load_checkpoint(run_dir)["agent"]
     with make_envs(config, num_envs=1) as probe:
         agent = make_agent(config, probe, torch.device(device))
     agent.load_state_dict(state)
-    net, norm = agent.net.eval(), agent.obs_norm
-
-    def policy(obs: np.ndarray) -> np.ndarray:
-        x = norm(obs, update=False) if norm is not None else obs
-        action, _, _ = net.act(torch.as_tensor(x, device=device), deterministic=True)
-        return action.cpu().numpy()
-
-    return policy
+    norm = agent.obs_norm
+    return greedy_policy(
+        agent.net, device, (lambda obs: norm(obs, update=False)) if norm is not None else None
+    )

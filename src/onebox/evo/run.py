@@ -276,7 +276,7 @@ def load_policy(run_dir: Path, config: Any) -> Callable[[np.ndarray], np.ndarray
     if state["obs_norm"] is not None:
         net.set_obs_norm(*state["obs_norm"])
 
-    def policy(obs: np.ndarray) -> np.ndarray:
+    def policy(obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
         obs = np.asarray(obs)
         return net.act(obs, torch.zeros(len(obs), dtype=torch.long))  # every row: slot 0
 

@@ -3,6 +3,13 @@
 `ActorCritic` takes observations as the env pool returns them (uint8 images are scaled by 1/255
 inside the network, so rollouts keep them as uint8) and gives a categorical policy for `Discrete`
 actions or a Gaussian with a state-independent log std for `Box` actions.
+
+With `lstm=H` an LSTM core of H units sits between the torso and the heads (CleanRL's
+ppo_atari_lstm, IMPALA's recurrent agent). Its state `(h, c)`, each (envs, H), is carried by the
+caller: `step` acts one step for a batch of envs, `unroll` replays a (T, envs) sequence for the
+learner. `starts[t, i]` says observation t of env i begins an episode, so env i's state is zeroed
+before it. Both methods also work on feed-forward nets (the state is then `None`), so a learner can
+use them whatever the core.
 """
 
 from __future__ import annotations
@@ -14,6 +21,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
+
+State = tuple[torch.Tensor, torch.Tensor]
+"""An LSTM state `(h, c)`, each of shape (envs, hidden)."""
 
 
 def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
@@ -84,9 +94,12 @@ class ActorCritic(nn.Module):
         observation_space: spaces.Space,
         action_space: spaces.Space,
         hidden: tuple[int, ...] = (64, 64),
+        lstm: int | None = None,
     ) -> None:
         super().__init__()
         self.check_spaces(observation_space, action_space)
+        if lstm is not None and lstm < 1:
+            raise ValueError(f"lstm is the LSTM core's size (>= 1) or None, got {lstm}")
         self.image = is_image(observation_space)
         self.discrete = isinstance(action_space, spaces.Discrete)
         act_dim = int(action_space.n) if self.discrete else int(action_space.shape[0])
@@ -95,11 +108,27 @@ class ActorCritic(nn.Module):
             self.actor_torso: nn.Module = nn.Identity()
             self.critic_torso: nn.Module = nn.Identity()
             features = actor_features = self.torso.out_features
+        elif lstm is not None:  # one shared MLP feeds the core
+            obs_dim = int(np.prod(observation_space.shape))
+            self.torso = nn.Sequential(nn.Flatten(), MLP(obs_dim, hidden))
+            self.actor_torso, self.critic_torso = nn.Identity(), nn.Identity()
+            features = actor_features = hidden[-1] if hidden else obs_dim
         else:
             obs_dim = int(np.prod(observation_space.shape))
             self.torso = nn.Flatten()
             self.actor_torso, self.critic_torso = MLP(obs_dim, hidden), MLP(obs_dim, hidden)
             features = actor_features = self.actor_torso.out_features
+        self.lstm_size = lstm
+        """The LSTM core's size, or None for a feed-forward net."""
+        self.core: nn.LSTM | None = None
+        if lstm is not None:
+            self.core = nn.LSTM(features, lstm)
+            for name, param in self.core.named_parameters():
+                if "bias" in name:
+                    nn.init.constant_(param, 0.0)
+                else:
+                    nn.init.orthogonal_(param, 1.0)
+            features = actor_features = lstm
         self.actor = layer_init(nn.Linear(actor_features, act_dim), std=0.01)
         self.critic = layer_init(nn.Linear(features, 1), std=1.0)
         if not self.discrete:
@@ -118,23 +147,99 @@ class ActorCritic(nn.Module):
                 f"ActorCritic supports Discrete and 1-D Box actions, got {action_space}"
             )
 
+    @property
+    def recurrent(self) -> bool:
+        """Whether the net has an LSTM core (and so needs a state)."""
+        return self.core is not None
+
+    def initial_state(self, envs: int, device: torch.device | str | None = None) -> State | None:
+        """The zero LSTM state for `envs` envs (None for a feed-forward net)."""
+        if self.lstm_size is None:
+            return None
+        device = device if device is not None else self.actor.weight.device
+        zeros = torch.zeros(envs, self.lstm_size, device=device)
+        return zeros, zeros.clone()
+
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         if self.image:
             return self.torso(obs.float() * (1.0 / 255.0))
         return self.torso(obs.float())
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """V(obs), shape (batch,)."""
-        return self.critic(self.critic_torso(self._features(obs))).squeeze(-1)
+    def _feed_forward(self) -> None:
+        if self.core is not None:
+            raise TypeError("this net has an LSTM core: use step() or unroll() with its state")
 
-    def dist(self, obs: torch.Tensor) -> tuple[Categorical | Normal, torch.Tensor]:
-        """The action distribution and V(obs) in one pass over the shared torso."""
-        x = self._features(obs)
+    def _heads(self, x: torch.Tensor) -> tuple[Categorical | Normal, torch.Tensor]:
         logits = self.actor(self.actor_torso(x))
         value = self.critic(self.critic_torso(x)).squeeze(-1)
         if self.discrete:
             return Categorical(logits=logits, validate_args=False), value
         return Normal(logits, self.log_std.expand_as(logits).exp(), validate_args=False), value
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(obs), shape (batch,), of a feed-forward net."""
+        self._feed_forward()
+        return self.critic(self.critic_torso(self._features(obs))).squeeze(-1)
+
+    def dist(self, obs: torch.Tensor) -> tuple[Categorical | Normal, torch.Tensor]:
+        """The action distribution and V(obs) of a feed-forward net, in one pass."""
+        self._feed_forward()
+        return self._heads(self._features(obs))
+
+    def unroll(
+        self, obs: torch.Tensor, starts: torch.Tensor | None, state: State | None
+    ) -> tuple[Categorical | Normal, torch.Tensor, State | None]:
+        """Replay a sequence: obs (T, envs, ...), starts (T, envs) bool (None: no episode starts
+        in it), the state before step 0.
+
+        Returns the distributions and values of all T * envs steps (time-major, flattened) and
+        the state after step T-1. Feed-forward nets ignore `starts` and `state`."""
+        t_len, envs = obs.shape[:2]
+        x = self._features(obs.flatten(0, 1))
+        if self.core is None:
+            d, v = self._heads(x)
+            return d, v, state
+        if state is None:
+            raise ValueError("a recurrent net's unroll needs the state before step 0")
+        x = x.view(t_len, envs, -1)
+        h, c = state[0].unsqueeze(0), state[1].unsqueeze(0)
+        if starts is None:
+            y, (h, c) = self.core(x, (h, c))
+            d, v = self._heads(y.flatten(0, 1))
+            return d, v, (h[0], c[0])
+        keep = (~starts.to(torch.bool)).to(x.dtype).unsqueeze(-1)  # (T, envs, 1)
+        out = []
+        for t in range(t_len):
+            y, (h, c) = self.core(x[t : t + 1], (h * keep[t], c * keep[t]))
+            out.append(y)
+        d, v = self._heads(torch.cat(out).flatten(0, 1))
+        return d, v, (h[0], c[0])
+
+    @torch.no_grad()
+    def step(
+        self,
+        obs: torch.Tensor,
+        starts: torch.Tensor | None,
+        state: State | None,
+        deterministic: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State | None]:
+        """Act one step for a batch of envs: (action, log_prob, value, state after the step).
+
+        `starts` (envs,) marks envs whose observation begins an episode (None: none do)."""
+        starts = None if starts is None else starts.reshape(1, -1)
+        d, value, state = self.unroll(obs.unsqueeze(0), starts, state)
+        return (*self._pick(d, deterministic), value, state)
+
+    def _pick(
+        self, d: Categorical | Normal, deterministic: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not deterministic:
+            action = d.sample()
+        elif isinstance(d, Categorical):
+            action = d.probs.argmax(-1)
+        else:
+            action = d.mean
+        return action, self.log_prob(d, action)
 
     def log_prob(self, d: Categorical | Normal, action: torch.Tensor) -> torch.Tensor:
         """Log-probability of `action`, summed over action dimensions for Gaussians."""
@@ -150,12 +255,7 @@ class ActorCritic(nn.Module):
     def act(
         self, obs: torch.Tensor, deterministic: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample (or take the mode of) an action: returns (action, log_prob, value)."""
+        """Sample (or take the mode of) an action of a feed-forward net: (action, log_prob,
+        value)."""
         d, value = self.dist(obs)
-        if not deterministic:
-            action = d.sample()
-        elif isinstance(d, Categorical):
-            action = d.probs.argmax(-1)
-        else:
-            action = d.mean
-        return action, self.log_prob(d, action), value
+        return (*self._pick(d, deterministic), value)

@@ -1,0 +1,66 @@
+"""ActorCritic's LSTM core: replaying a sequence equals stepping it, episode starts zero the
+state, and feed-forward nets pass through the same interface."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from onebox.nn.networks import ActorCritic
+
+VEC = spaces.Box(-1, 1, (4,), np.float32)
+
+
+def test_unroll_equals_stepping_and_starts_zero_the_state() -> None:
+    torch.manual_seed(0)
+    net = ActorCritic(VEC, spaces.Discrete(3), lstm=16)
+    obs = torch.randn(6, 3, 4)
+    starts = torch.zeros(6, 3, dtype=torch.bool)
+    starts[3, 1] = True
+    state0 = (torch.randn(3, 16), torch.randn(3, 16))
+    dist, values, state = net.unroll(obs, starts, state0)
+    stepped, s = [], state0
+    for t in range(6):
+        _, _, v, s = net.step(obs[t], starts[t], s)
+        stepped.append(v)
+    torch.testing.assert_close(torch.stack(stepped).flatten(), values)
+    torch.testing.assert_close(s[0], state[0])
+    # From the start flag on, env 1 forgets everything before: a fresh zero state gives the same.
+    _, tail, _ = net.unroll(obs[3:, 1:2], None, net.initial_state(1))
+    torch.testing.assert_close(tail, values.view(6, 3)[3:, 1])
+    # Without the flag the past matters.
+    _, carried, _ = net.unroll(obs, None, state0)
+    assert not torch.allclose(carried.view(6, 3)[3:, 1], tail)
+    assert dist.logits.shape == (18, 3)
+
+
+def test_recurrent_image_net_and_gradients() -> None:
+    net = ActorCritic(spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6), lstm=32)
+    obs = torch.randint(0, 255, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    dist, values, _ = net.unroll(obs, torch.zeros(2, 3, dtype=torch.bool), net.initial_state(3))
+    (values.sum() + dist.entropy().sum()).backward()
+    assert net.core is not None and net.core.weight_hh_l0.grad is not None
+    assert values.shape == (6,)
+
+
+def test_feed_forward_nets_share_the_interface() -> None:
+    net = ActorCritic(VEC, spaces.Box(-1, 1, (2,), np.float32))
+    assert not net.recurrent and net.initial_state(5) is None
+    obs = torch.randn(4, 5, 4)
+    _, values, state = net.unroll(obs, None, None)
+    assert state is None
+    torch.testing.assert_close(values, net.value(obs.flatten(0, 1)))
+    action, _, _, _ = net.step(obs[0], None, None)
+    assert action.shape == (5, 2)
+
+
+def test_recurrent_misuse_is_a_clear_error() -> None:
+    net = ActorCritic(VEC, spaces.Discrete(2), lstm=8)
+    with pytest.raises(TypeError, match="LSTM core"):
+        net.act(torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="state before step 0"):
+        net.unroll(torch.zeros(1, 2, 4), None, None)
+    with pytest.raises(ValueError, match="lstm"):
+        ActorCritic(VEC, spaces.Discrete(2), lstm=0)
