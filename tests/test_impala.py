@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import csv
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -80,6 +82,54 @@ def test_killed_run_resumes_its_counters(tmp_path: Path) -> None:
     assert steps == list(range(320, 40001, 320))  # each update logged once, none lost
 
 
+def descendants(pid: int) -> dict[int, int]:
+    """pid -> depth of every live descendant process of `pid` (Linux /proc)."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    depth, frontier = {}, [(pid, 0)]
+    while frontier:
+        p, d = frontier.pop()
+        for child, ppid in parent.items():
+            if ppid == p:
+                depth[child] = d + 1
+                frontier.append((child, d + 1))
+    return depth
+
+
+def test_killed_actor_process_is_restarted_and_training_goes_on(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "onebox", "train", "impala", "--env", "CartPole-v1",
+         "--total-steps", "48000", "--process-actors", "--actors", "2", "--runs-dir",
+         str(tmp_path), "--name", "run"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        # Actors are the forkserver's children: the run's descendants two levels down.
+        while not (run_dir / "metrics.csv").exists() or len(metric(run_dir, "charts/SPS")) < 10:
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        actors = [p for p, d in descendants(proc.pid).items() if d == 2]
+        assert len(actors) == 2
+        os.kill(actors[0], signal.SIGKILL)
+        out = proc.communicate(timeout=180)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert [s for s, _ in metric(run_dir, "charts/SPS")] == list(range(320, 48001, 320))
+    assert metric(run_dir, "charts/actor_restarts")[-1][1] == 1
+    assert run.load_checkpoint(run_dir)["updates"] == 150
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -89,6 +139,8 @@ def test_killed_run_resumes_its_counters(tmp_path: Path) -> None:
         (["--rho-bar", "0"], "--rho-bar must be positive"),
         (["--num-minibatches", "7"], "does not divide the batch"),
         (["--clip-coef", "0"], "--clip-coef must be positive"),
+        (["--process-actors", "--inference", "local"], "needs --inference central"),
+        (["--lstm", "0"], "--lstm is the LSTM core's size"),
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message) -> None:

@@ -39,7 +39,8 @@ class Config(impala.Config):
     update_epochs: int = 2
     """Epochs over each batch of unrolls."""
     num_minibatches: int = 2
-    """Minibatches per epoch; must divide the batch's env steps."""
+    """Minibatches per epoch; must divide the batch's env steps (with `--lstm`, its env columns:
+    `batch_unrolls * envs_per_actor`, each minibatch replaying whole columns)."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
 
@@ -53,6 +54,12 @@ def resolve(config: Config) -> Config:
             f"--num-minibatches {config.num_minibatches} does not divide the batch of "
             f"unroll * batch_unrolls * envs_per_actor = {config.batch_size} steps; pick a divisor"
         )
+    columns = (config.batch_unrolls or 1) * (config.envs_per_actor or 1)
+    if config.lstm is not None and columns % config.num_minibatches:
+        raise ValueError(
+            f"with --lstm, --num-minibatches {config.num_minibatches} must divide the batch's "
+            f"batch_unrolls * envs_per_actor = {columns} env columns; pick a divisor"
+        )
     return config
 
 
@@ -62,38 +69,33 @@ def update(
     """V-trace targets for the batch, then the PPO epochs on them."""
     obs, actions, behaviour = batch["obs"], batch["actions"], batch["logprobs"]
     t_len, b = actions.shape
-    flat_obs = obs.flatten(0, 1)
-    rewards = batch["rewards"].clone()
+    starts, state = batch["starts"], batch["state"]
     with torch.no_grad():
-        dist, values = net.dist(flat_obs)
+        dist, values, last = net.unroll(obs, starts, state)
         logprobs = net.log_prob(dist, actions.flatten()).view(t_len, b)
-        bootstrap = net.value(batch["next_obs"])
-        if batch["truncated"]:
-            final = torch.as_tensor(np.stack([o for _, _, o in batch["truncated"]]))
-            v_final = net.value(final.to(obs.device))
-            for k, (t, i, _) in enumerate(batch["truncated"]):
-                rewards[t, i] += config.gamma * v_final[k]
-        vt = vtrace(logprobs - behaviour, rewards, values.view(t_len, b), batch["ends"],
+        bootstrap = impala.bootstrap_value(net, batch, last)
+        vt = vtrace(logprobs - behaviour, batch["rewards"], values.view(t_len, b), batch["ends"],
                     bootstrap, config.gamma, config.rho_bar, config.c_bar)  # fmt: skip
     lag = (server.version - batch["versions"]).float()  # learner version minus behaviour version
-    targets, advantages = vt.vs.flatten(), vt.advantages.flatten()
-    flat_actions, flat_behaviour = actions.flatten(), behaviour.flatten()
-    size = t_len * b
-    mb_size = size // config.num_minibatches
     clip = config.clip_coef
     clipfracs = []
     pg_loss = v_loss = entropy = torch.zeros(())
     for _ in range(config.update_epochs):
-        order = torch.randperm(size, device=obs.device)
-        for start in range(0, size, mb_size):
-            mb = order[start : start + mb_size]
-            dist, value = net.dist(flat_obs[mb])
-            ratio = (net.log_prob(dist, flat_actions[mb]) - flat_behaviour[mb]).exp()
-            adv = advantages[mb]
+        for mb in minibatches(config, net.recurrent, t_len, b, obs.device):
+            if net.recurrent:  # whole env columns, replayed from their start states
+                cols = mb
+                mb_state = (state[0][cols], state[1][cols])
+                dist, value, _ = net.unroll(obs[:, cols], starts[:, cols], mb_state)
+                rows = (slice(None), cols)
+            else:  # single steps
+                rows = (mb // b, mb % b)
+                dist, value, _ = net.unroll(obs[rows].unsqueeze(0), None, None)
+            ratio = (net.log_prob(dist, actions[rows].flatten()) - behaviour[rows].flatten()).exp()
+            adv = vt.advantages[rows].flatten()
             if config.norm_adv:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
             pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
-            v_loss = 0.5 * ((value - targets[mb]) ** 2).mean()
+            v_loss = 0.5 * ((value - vt.vs[rows].flatten()) ** 2).mean()
             entropy = net.entropy(dist).mean()
             loss = pg_loss + config.vf_coef * v_loss - config.ent_coef * entropy
             opt.zero_grad()
@@ -112,6 +114,16 @@ def update(
         "charts/policy_lag_max": lag.max().item(),
         "charts/learning_rate": opt.param_groups[0]["lr"],
     }
+
+
+def minibatches(
+    config: Config, recurrent: bool, t_len: int, b: int, device: torch.device
+) -> list[torch.Tensor]:
+    """One epoch's minibatches: shuffled env columns for a recurrent net (each replayed whole),
+    shuffled steps (flat indices into (T, B)) otherwise."""
+    size = b if recurrent else t_len * b
+    order = torch.randperm(size, device=device)
+    return list(order.chunk(config.num_minibatches))
 
 
 def train(config: Config, resume: Path | None = None) -> Path:

@@ -3,26 +3,31 @@ V-trace correcting for the policy lag.
 
     onebox train impala --env CartPole-v1 --actors 2
 
-Actor threads each own an env pool. They only step envs: every step's observations go to the
-`InferenceServer`, which batches all actors' requests into one forward pass of the current
-network (SEED RL's central inference). Each actor cuts its stream into unrolls of `unroll` steps
-that record the behaviour log-probabilities and the weights' version that chose each action, and
-puts them on a bounded queue. The learner takes `batch_unrolls` unrolls at a time, recomputes
+Actors (threads, or with `--process-actors` processes restarted if they die; see
+`onebox.sampling.actors`) each own an env pool. They only step envs: every step's observations go
+to the `InferenceServer`, which batches all actors' requests into one forward pass of the current
+network (SEED RL's central inference), or with `--inference local` each actor runs its own copy
+synced from the learner (IMPALA). Actors cut their streams into unrolls of `unroll` steps that
+record the behaviour log-probabilities and the weights' version that chose each action, and put
+them on a bounded queue. The learner takes `batch_unrolls` unrolls at a time, recomputes
 log-probabilities and values with the current weights, and minimises the V-trace policy-gradient
 loss, the value loss against the V-trace targets and an entropy bonus; it updates the weights in
 place under the server's version counter. Policy lag (learner version minus behaviour version)
 is logged as `charts/policy_lag`.
 
-Truncated episodes bootstrap from their final observation, valued by the learner's current
-network, as `onebox.algos.vtrace` expects (`r + gamma * V(final obs)` with the end flag set).
+With `--lstm H` the network has an LSTM core: the server (or the local actor) keeps each env's
+state, unrolls record the state they start from, and the learner replays each unroll from it.
+
+Truncated episodes arrive with their last reward already bootstrapped by the actor from the
+behaviour value of the final observation, so V-trace treats every episode end alike.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import queue
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,8 +51,15 @@ from onebox.algos.common import (
 )
 from onebox.algos.vtrace import vtrace
 from onebox.nn.networks import ActorCritic
-from onebox.sampling import EpisodeTracker
-from onebox.sampling.inference import InferenceServer, InferResult
+from onebox.sampling.actors import (
+    ActorSpec,
+    LocalPolicy,
+    ProcessActors,
+    ThreadActor,
+    Unroll,
+    Weights,
+)
+from onebox.sampling.inference import InferenceServer
 
 PRESETS: dict[str, dict[str, Any]] = {
     "classic": dict(
@@ -76,7 +88,7 @@ class Config:
     total_steps: int | None = None
     """Env steps to train for (preset: 500k classic, 10M Atari)."""
     actors: int | None = None
-    """Actor threads, each owning an env pool (preset: 2 classic, 4 Atari)."""
+    """Actors, each owning an env pool (preset: 2 classic, 4 Atari)."""
     envs_per_actor: int | None = None
     """Envs in each actor's pool (preset: 8)."""
     unroll: int | None = None
@@ -103,6 +115,14 @@ class Config:
     """Gradient norm clip (preset: 0.5 classic, 40 Atari)."""
     queue_unrolls: int | None = None
     """Unrolls the actors may have waiting for the learner (default: 2 batches); bounds the lag."""
+    process_actors: bool = False
+    """Run each actor in its own process (its env pool included), talking to the inference
+    server and the learner through shared memory; an actor that dies is restarted. Needs
+    `--inference central`."""
+    actor_restarts: int = 3
+    """With `--process-actors`: how often one actor may be restarted before the run fails."""
+    lstm: int | None = None
+    """Size of an LSTM core between the torso and the heads; None: a feed-forward net."""
     inference: Literal["central", "local"] = "central"
     """`central`: every step's inference is batched across actors on the server (SEED RL);
     `local`: each actor runs its own copy of the network, synced from the learner every
@@ -166,145 +186,38 @@ def resolve(config: Config) -> Config:
         raise ValueError(
             f"--envs-per-actor ({config.envs_per_actor}) must be <= --max-batch ({config.max_batch})"
         )
+    if config.process_actors and config.inference != "central":
+        raise ValueError("--process-actors needs --inference central (the server's shared memory)")
+    if config.actor_restarts < 0:
+        raise ValueError(f"--actor-restarts must be >= 0, got {config.actor_restarts}")
+    if config.lstm is not None and config.lstm < 1:
+        raise ValueError(f"--lstm is the LSTM core's size (>= 1), got {config.lstm}")
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"--gamma must be in [0, 1], got {config.gamma}")
     resolve_device(config.device)
     return config
 
 
-# ---- actors -------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Unroll:
-    """`unroll` steps of one actor's envs, (T, N, ...) arrays, and where it stops."""
-
-    obs: np.ndarray
-    actions: np.ndarray
-    logprobs: np.ndarray
-    rewards: np.ndarray
-    ends: np.ndarray
-    versions: np.ndarray
-    next_obs: np.ndarray
-    """The observations after the last step, to bootstrap from."""
-    truncated: list[tuple[int, int, np.ndarray]]
-    """(step, env, final observation) of each truncated (not terminated) episode end."""
-    returns: list[float]
-    lengths: list[int]
-
-
-class Weights:
-    """The learner's latest published weights, `(version, state_dict)`, for local inference."""
-
-    def __init__(self, net: nn.Module, version: int) -> None:
-        self.latest: tuple[int, dict[str, torch.Tensor]] = (version, {})
-        self.publish(net, version)
-
-    def publish(self, net: nn.Module, version: int) -> None:
-        """Snapshot `net`'s weights as `version` (one atomic attribute swap)."""
-        self.latest = (version, {k: v.detach().clone() for k, v in net.state_dict().items()})
-
-
-class Actor(threading.Thread):
-    """Steps its env pool with actions from the server (or its own synced copy of the network)
-    and queues unrolls until stopped."""
-
-    def __init__(
-        self,
-        index: int,
-        config: Config,
-        server: InferenceServer,
-        out: queue.Queue,
-        seed: int,
-        weights: tuple[Weights, ActorCritic] | None = None,
-    ) -> None:
-        super().__init__(name=f"impala-actor-{index}", daemon=True)
-        self.index, self.config, self.server, self.out, self.seed = index, config, server, out, seed
-        self.weights = weights
-        self.version = -1  # of the local network's weights
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self.envs = make_envs(config, seed)
-
-    def infer(self, ids: np.ndarray, obs: np.ndarray, dones: np.ndarray) -> InferResult:
-        """Actions from the server, or from the local network after syncing its weights."""
-        if self.weights is None:
-            return self.server.infer(self.index, ids, obs, dones)
-        weights, net = self.weights
-        version, state = weights.latest
-        if version != self.version:
-            net.load_state_dict(state)
-            self.version = version
-        action, logprob, value = net.act(torch.as_tensor(obs, device=next(net.parameters()).device))
-        return InferResult(
-            action.cpu().numpy(), logprob.cpu().numpy(), value.cpu().numpy(), version
-        )
-
-    def run(self) -> None:
-        try:
-            self._loop()
-        except BaseException as e:  # handed to the learner, which raises it
-            self.error = e
-        finally:
-            self.envs.close()
-
-    def _loop(self) -> None:
-        c, envs = self.config, self.envs
-        t_len, n = c.unroll or 0, envs.num_envs
-        ids = np.arange(n)
-        tracker = EpisodeTracker(n)
-        obs, _ = envs.reset(seed=self.seed)
-        dones = np.ones(n, bool)
-        while not self.stop.is_set():
-            buf_obs = np.empty((t_len, *obs.shape), obs.dtype)
-            actions = np.empty((t_len, n), np.int64)
-            logprobs = np.empty((t_len, n), np.float32)
-            rewards = np.empty((t_len, n), np.float32)
-            ends = np.empty((t_len, n), bool)
-            versions = np.empty((t_len, n), np.int64)
-            truncated: list[tuple[int, int, np.ndarray]] = []
-            for t in range(t_len):
-                result = self.infer(ids, obs, dones)
-                buf_obs[t] = obs
-                actions[t], logprobs[t], versions[t] = (
-                    result.actions,
-                    result.logprobs,
-                    result.version,
-                )
-                obs, reward, term, trunc, info = envs.step(result.actions)
-                dones = np.logical_or(term, trunc)
-                tracker.update(ids, reward, dones, info)
-                rewards[t], ends[t] = reward, dones
-                for i in np.flatnonzero(np.logical_and(trunc, np.logical_not(term))):
-                    truncated.append((t, int(i), np.array(info["final_obs"][i])))
-            returns, lengths = tracker.pop()
-            unroll = Unroll(buf_obs, actions, logprobs, rewards, ends, versions, obs.copy(),
-                            truncated, returns, lengths)  # fmt: skip
-            while not self.stop.is_set():
-                try:
-                    self.out.put(unroll, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-
-
-def make_envs(config: Config, seed: int, num_envs: int | None = None) -> Any:
-    """One actor's env pool (same-step autoreset: final observations of truncated episodes)."""
-    return onebox.envs.make(
-        config.env,
-        num_envs or config.envs_per_actor,
-        num_threads=config.num_threads,
-        seed=seed,
-        autoreset_mode="SameStep",
-        **parse_env_options(config.env_options),
-    )
-
-
 # ---- the learner --------------------------------------------------------------------------------
 
 
+def actor_spec(config: Config) -> ActorSpec:
+    """What each actor runs: its envs and its unroll length."""
+    return ActorSpec(
+        env=config.env,
+        num_envs=config.envs_per_actor or 1,
+        num_threads=config.num_threads,
+        env_options=parse_env_options(config.env_options),
+        unroll=config.unroll or 1,
+        gamma=config.gamma,
+        lstm=config.lstm,
+    )
+
+
 def make_agent(config: Config, envs: Any, device: torch.device) -> tuple[ActorCritic, Any]:
-    net = ActorCritic(envs.single_observation_space, envs.single_action_space).to(device)
+    """The network for the pool's spaces (with the config's LSTM core) and its optimizer."""
+    spaces_ = (envs.single_observation_space, envs.single_action_space)
+    net = ActorCritic(*spaces_, lstm=config.lstm).to(device)
     if config.optimizer == "rmsprop":
         opt: Any = torch.optim.RMSprop(net.parameters(), lr=config.learning_rate or 0.0, eps=0.01)
     else:
@@ -320,13 +233,23 @@ def stack(unrolls: list[Unroll], device: torch.device) -> dict[str, Any]:
             np.concatenate([getattr(u, name) for u in unrolls], 1), device=device
         )
 
-    out = {k: cat(k) for k in ("obs", "actions", "logprobs", "rewards", "ends", "versions")}
+    keys = ("obs", "actions", "logprobs", "rewards", "ends", "starts", "versions")
+    out: dict[str, Any] = {k: cat(k) for k in keys}
     out["next_obs"] = torch.as_tensor(np.concatenate([u.next_obs for u in unrolls]), device=device)
-    width = unrolls[0].actions.shape[1]
-    out["truncated"] = [
-        (t, k * width + i, o) for k, u in enumerate(unrolls) for t, i, o in u.truncated
-    ]
+    out["state"] = None
+    if unrolls[0].state is not None:
+        out["state"] = tuple(
+            torch.as_tensor(np.concatenate([u.state[j] for u in unrolls]), device=device)  # type: ignore[index]
+            for j in (0, 1)
+        )
     return out
+
+
+def bootstrap_value(net: ActorCritic, batch: dict[str, Any], state: Any) -> torch.Tensor:
+    """V of the observations after the batch's last step, from the state the unroll reached."""
+    next_starts = batch["ends"][-1:]
+    _, value, _ = net.unroll(batch["next_obs"].unsqueeze(0), next_starts, state)
+    return value
 
 
 def update(config: Config, net: ActorCritic, opt: Any, server: InferenceServer,
@@ -335,20 +258,14 @@ def update(config: Config, net: ActorCritic, opt: Any, server: InferenceServer,
     obs, actions = batch["obs"], batch["actions"]
     t_len, b = actions.shape
     lag = (server.version - batch["versions"]).float()  # learner version minus behaviour version
-    dist, values = net.dist(obs.flatten(0, 1))
+    dist, values, state = net.unroll(obs, batch["starts"], batch["state"])
     logprobs = net.log_prob(dist, actions.flatten()).view(t_len, b)
     values = values.view(t_len, b)
     entropy = net.entropy(dist).mean()
-    rewards = batch["rewards"].clone()
     with torch.no_grad():
-        bootstrap = net.value(batch["next_obs"])
-        if batch["truncated"]:
-            final = torch.as_tensor(np.stack([o for _, _, o in batch["truncated"]]))
-            v_final = net.value(final.to(obs.device))
-            for k, (t, i, _) in enumerate(batch["truncated"]):
-                rewards[t, i] += config.gamma * v_final[k]
+        bootstrap = bootstrap_value(net, batch, state)
     vt = vtrace(
-        logprobs.detach() - batch["logprobs"], rewards, values.detach(), batch["ends"],
+        logprobs.detach() - batch["logprobs"], batch["rewards"], values.detach(), batch["ends"],
         bootstrap, config.gamma, config.rho_bar, config.c_bar,
     )  # fmt: skip
     pg_loss = -(vt.advantages * logprobs).mean()
@@ -386,14 +303,15 @@ def train_async(
     resolve_fn: Callable[[Any], Any],
     update_fn: UpdateFn,
 ) -> Path:
-    """The actor-learner loop shared by IMPALA and APPO: actor threads on the inference server
-    feed unrolls to `update_fn`; the run folder, logs, checkpoints and resume as PPO's."""
+    """The actor-learner loop shared by IMPALA and APPO: actors on the inference server feed
+    unrolls to `update_fn`; the run folder, logs, checkpoints and resume as PPO's."""
     config, run_dir, state = open_run(config, resume, algo, resolve_fn)
     assert config.total_steps is not None and config.actors is not None
     device = resolve_device(config.device)
     seed_everything(config.seed)
     torch.set_num_threads(config.torch_threads or 1)
-    with make_envs(config, config.seed, num_envs=1) as probe:
+    spec = actor_spec(config)
+    with spec.make_pool(config.seed, num_envs=1) as probe:
         net, opt = make_agent(config, probe, device)
         obs_space, act_space = probe.single_observation_space, probe.single_action_space
     updates, global_step, elapsed = 0, 0, 0.0
@@ -409,15 +327,30 @@ def train_async(
     # A batch is full once every actor has asked: no actor then waits out the timeout.
     n = config.envs_per_actor or 1
     max_batch = min(config.max_batch, config.actors * n)
-    server = InferenceServer(net.act, obs_space, act_space, max_batch, config.timeout_ms, device)
+    policy_fn = (lambda x, s: net.step(x, None, s)) if net.recurrent else net.act
+    server = InferenceServer(policy_fn, obs_space, act_space, max_batch, config.timeout_ms,
+                             device, lstm=config.lstm, max_restarts=config.actor_restarts)  # fmt: skip
     server.version = updates
     unrolls: queue.Queue[Unroll] = queue.Queue(maxsize=config.queue_unrolls or 1)
     weights = Weights(net, updates) if config.inference == "local" else None
-    actors = [
-        Actor(a, config, server, unrolls, seed0 + a * n,
-              (weights, copy.deepcopy(net)) if weights is not None else None)
-        for a in range(config.actors)
-    ]  # fmt: skip
+    seeds = [seed0 + a * n for a in range(config.actors)]
+    threads: list[ThreadActor] = []
+    procs: ProcessActors | None = None
+    if not config.process_actors:
+        for a in range(config.actors):
+            infer = (
+                LocalPolicy(weights, copy.deepcopy(net), n) if weights is not None
+                else functools.partial(server.infer, a)
+            )  # fmt: skip
+            threads.append(ThreadActor(a, spec, infer, unrolls, seeds[a]))
+
+    def check_actors() -> None:
+        for actor in threads:
+            if actor.error is not None:
+                raise RuntimeError(f"{actor.name} failed") from actor.error
+        if procs is not None:
+            procs.check()
+
     logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
                         project=config.wandb_project, config=config)  # fmt: skip
     checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
@@ -437,8 +370,10 @@ def train_async(
         run.GracefulInterrupt() as interrupt,
     ):  # fmt: skip
         try:
-            for actor in actors:
+            for actor in threads:
                 actor.start()
+            if config.process_actors:
+                procs = ProcessActors(config.actors, spec, server, unrolls, seeds)
             while updates < num_updates and not interrupt.requested:
                 if config.anneal_lr:
                     opt.param_groups[0]["lr"] = (1 - updates / num_updates) * config.learning_rate
@@ -448,9 +383,7 @@ def train_async(
                         try:
                             batch.append(unrolls.get(timeout=1.0))
                         except queue.Empty:
-                            for actor in actors:
-                                if actor.error is not None:
-                                    raise RuntimeError(f"{actor.name} failed") from actor.error
+                            check_actors()
                 with split("learn"):
                     stats = update_fn(config, net, opt, server, stack(batch, device))
                 updates += 1
@@ -464,17 +397,23 @@ def train_async(
                     time.perf_counter() - start_time
                 )
                 stats.update({f"time/{k}": v for k, v in split.fractions().items()})
+                if procs is not None:
+                    stats["charts/actor_restarts"] = procs.restarts()
                 logger.scalars(global_step, stats)
                 progress.update(global_step, logger.recent_return)
                 if checkpointer.due():
                     save()
             save()
         finally:
-            for actor in actors:
+            if procs is not None:
+                procs.close()
+            for actor in threads:
                 actor.stop.set()
             server.close()
-            for actor in actors:
+            for actor in threads:
                 actor.join()
+            if procs is not None:
+                procs.release()
             logger.close()
     run.plot_curves(run_dir)
     return run_dir
@@ -488,7 +427,7 @@ def resume(run_dir: Path) -> Path:
 def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
     state = run.load_checkpoint(run_dir)
-    with make_envs(config, config.seed, num_envs=1) as probe:
+    with actor_spec(config).make_pool(config.seed, num_envs=1) as probe:
         net, _ = make_agent(config, probe, torch.device(device))
     net.load_state_dict(state["net"])
     return greedy_policy(net, device)

@@ -117,10 +117,16 @@ class _Request:
 
 
 def _slot_layout(
-    num_envs: int, obs_space: spaces.Box, act_shape: tuple[int, ...], act_dtype: np.dtype
+    num_envs: int,
+    obs_space: spaces.Box,
+    act_shape: tuple[int, ...],
+    act_dtype: np.dtype,
+    lstm: int | None,
 ) -> Layout:
+    state = [("h", (num_envs, lstm), np.float32), ("c", (num_envs, lstm), np.float32)]
     return Layout.plan(
-        [
+        (state if lstm is not None else [])
+        + [
             ("obs", (num_envs, *obs_space.shape), obs_space.dtype),
             ("env_ids", (num_envs,), np.int64),
             ("dones", (num_envs,), np.bool_),
@@ -301,7 +307,7 @@ class InferenceServer:
         if actor_id in self._procs:
             raise ValueError(f"actor {actor_id} already has a process")
         resource_tracker.ensure_running()  # shared by the children: the parent's unlink counts
-        layout = _slot_layout(num_envs, self.obs_space, self._act_shape, self._act_dtype)
+        layout = _slot_layout(num_envs, self.obs_space, self._act_shape, self._act_dtype, self.lstm)
         p = _ProcActor(int(actor_id), num_envs, Block(layout), cloudpickle.dumps(target), args)
         self._launch(p)
         with self._inbox_lock:
@@ -317,6 +323,11 @@ class InferenceServer:
             raise TimeoutError(f"actor {actor_id} did not finish within {timeout} s")
         if p.failure is not None:
             raise RuntimeError(p.failure)
+
+    def failure(self, actor_id: int) -> str | None:
+        """Why process actor `actor_id` is gone for good (it died after `max_restarts`
+        restarts), or None while it runs or after its target returned."""
+        return self._procs[actor_id].failure
 
     def restarts(self, actor_id: int) -> int:
         """How often process actor `actor_id` was restarted."""
@@ -556,6 +567,8 @@ class InferenceServer:
                 a["logprobs"][: end - start] = logprobs[start:end]
                 a["values"][: end - start] = values[start:end]
                 a["version"][0] = version
+                if self.lstm is not None:
+                    a["h"][: end - start], a["c"][: end - start] = h0n[start:end], c0n[start:end]
                 with contextlib.suppress(OSError):
                     os.write(r.proc.resp.fileno(), _DONE)
             start = end
@@ -599,6 +612,7 @@ class ActorClient:
             a["logprobs"][:n].copy(),
             a["values"][:n].copy(),
             int(a["version"][0]),
+            (a["h"][:n].copy(), a["c"][:n].copy()) if "h" in a else None,
         )
 
 

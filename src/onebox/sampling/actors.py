@@ -1,0 +1,416 @@
+"""Actors of the actor-learner loop (IMPALA, APPO): they step env pools and cut the stream into
+unrolls for the learner.
+
+An actor owns an env pool. Each step it asks for actions (from the `InferenceServer`, or from its
+own copy of the network synced from the learner) and records observations, actions, behaviour
+log-probabilities, rewards, episode ends and the weights' version that chose each action. Every
+`unroll` steps it hands over an `Unroll`. A truncated (not terminated) episode's last reward is
+bootstrapped at once, `r + gamma * V(final obs)`, with the behaviour value of its final
+observation (asked for like an action, so a recurrent policy values it from the episode's own
+state), so the learner treats every end alike. With an LSTM, the unroll records the state each
+env started it from and `starts`, the flags of observations that begin an episode.
+
+Two kinds:
+
+- `ThreadActor`: a thread of the learner's process; unrolls go on a queue.
+- process actors (`ProcessActors`): each a process started by the inference server (and restarted
+  by it if it dies), talking to the server through its shared-memory slot. Unrolls go through a
+  ring of slots in shared memory; a collector thread in the learner copies out the full ones. A
+  slot is published only once complete, so an actor killed mid-unroll loses only that unroll, and
+  an unroll it published before dying still reaches the learner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing import resource_tracker
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+import onebox.envs
+from onebox.envs.shm import Block, Layout
+from onebox.sampling.inference import ActorClient, InferenceServer, InferResult
+from onebox.sampling.sampler import EpisodeTracker
+
+InferFn = Callable[[np.ndarray, np.ndarray, np.ndarray], InferResult]
+"""(env ids, observations, starts) -> the actions of those envs; `starts[i]`: obs i begins an
+episode (a recurrent policy's state for that env is zeroed first)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorSpec:
+    """What an actor needs to know: its envs and how to cut unrolls."""
+
+    env: str
+    """Env id."""
+    num_envs: int
+    """Envs in the actor's pool."""
+    num_threads: int
+    """Pool threads."""
+    env_options: dict[str, Any]
+    """The env's constructor options."""
+    unroll: int
+    """Steps per unroll."""
+    gamma: float
+    """Discount, for bootstrapping truncated episodes."""
+    lstm: int | None
+    """LSTM size of a recurrent policy (its unrolls record the start state), or None."""
+
+    def make_pool(self, seed: int, num_envs: int | None = None) -> Any:
+        """The actor's env pool (same-step autoreset: final observations of truncated episodes)."""
+        return onebox.envs.make(
+            self.env,
+            num_envs or self.num_envs,
+            num_threads=self.num_threads,
+            seed=seed,
+            autoreset_mode="SameStep",
+            **self.env_options,
+        )
+
+    def arrays(self, obs_shape: tuple[int, ...], obs_dtype: Any) -> list[tuple[str, tuple, Any]]:
+        """(name, shape, dtype) of one unroll's arrays."""
+        t, n = self.unroll, self.num_envs
+        out = [
+            ("obs", (t, n, *obs_shape), obs_dtype),
+            ("actions", (t, n), np.int64),
+            ("logprobs", (t, n), np.float32),
+            ("rewards", (t, n), np.float32),
+            ("ends", (t, n), np.bool_),
+            ("starts", (t, n), np.bool_),
+            ("versions", (t, n), np.int64),
+            ("next_obs", (n, *obs_shape), obs_dtype),
+        ]
+        if self.lstm is not None:
+            out += [("h", (n, self.lstm), np.float32), ("c", (n, self.lstm), np.float32)]
+        return out
+
+
+@dataclasses.dataclass
+class Unroll:
+    """`unroll` steps of one actor's envs: (T, N, ...) arrays, and where it stops."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    logprobs: np.ndarray
+    """Behaviour log-probabilities."""
+    rewards: np.ndarray
+    """Rewards, truncated episodes' last ones already bootstrapped."""
+    ends: np.ndarray
+    """The episode ended with this step (terminated or truncated)."""
+    starts: np.ndarray
+    """This step's observation begins an episode."""
+    versions: np.ndarray
+    """The weights' version that chose each action."""
+    next_obs: np.ndarray
+    """The observations after the last step, to bootstrap from."""
+    state: tuple[np.ndarray, np.ndarray] | None
+    """With an LSTM: each env's (h, c) before step 0 (after its start reset)."""
+    returns: list[float]
+    """Returns of the episodes that ended in this unroll."""
+    lengths: list[int]
+    """Their lengths."""
+
+    @classmethod
+    def from_arrays(
+        cls, a: dict[str, np.ndarray], returns: list[float], lengths: list[int]
+    ) -> Unroll:
+        """An unroll of the arrays `ActorSpec.arrays` names (taken as they are, not copied)."""
+        state = (a["h"], a["c"]) if "h" in a else None
+        keys = ("obs", "actions", "logprobs", "rewards", "ends", "starts", "versions", "next_obs")
+        return cls(**{k: a[k] for k in keys}, state=state, returns=returns, lengths=lengths)
+
+
+def collect(
+    spec: ActorSpec,
+    infer: InferFn,
+    envs: Any,
+    seed: int,
+    buffers: Callable[[], dict[str, np.ndarray] | None],
+    publish: Callable[[list[float], list[int]], None],
+) -> None:
+    """The actor loop: fill the arrays `buffers()` gives (None: stop) with one unroll, then
+    `publish(returns, lengths)` it; repeat."""
+    t_len, n = spec.unroll, envs.num_envs
+    ids = np.arange(n)
+    tracker = EpisodeTracker(n)
+    obs, _ = envs.reset(seed=seed)
+    starts = np.ones(n, np.bool_)
+    while (buf := buffers()) is not None:
+        for t in range(t_len):
+            result = infer(ids, obs, starts)
+            if t == 0 and result.state is not None:
+                buf["h"][:], buf["c"][:] = result.state
+            buf["obs"][t], buf["starts"][t] = obs, starts
+            buf["actions"][t], buf["logprobs"][t] = result.actions, result.logprobs
+            buf["versions"][t] = result.version
+            obs, reward, term, trunc, info = envs.step(result.actions)
+            starts = np.logical_or(term, trunc)
+            tracker.update(ids, reward, starts, info)
+            buf["rewards"][t], buf["ends"][t] = reward, starts
+            cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))
+            if len(cut):  # value the final observations from the episodes' own states
+                final = np.stack([info["final_obs"][i] for i in cut])
+                values = infer(cut, final, np.zeros(len(cut), np.bool_)).values
+                buf["rewards"][t, cut] += spec.gamma * values
+        buf["next_obs"][:] = obs
+        publish(*tracker.pop())
+
+
+class Weights:
+    """The learner's latest published weights, `(version, state_dict)`, for local inference."""
+
+    def __init__(self, net: nn.Module, version: int) -> None:
+        self.latest: tuple[int, dict[str, torch.Tensor]] = (version, {})
+        self.publish(net, version)
+
+    def publish(self, net: nn.Module, version: int) -> None:
+        """Snapshot `net`'s weights as `version` (one atomic attribute swap)."""
+        self.latest = (version, {k: v.detach().clone() for k, v in net.state_dict().items()})
+
+
+class LocalPolicy:
+    """Actor-side inference (IMPALA): a copy of the network, reloaded whenever the learner has
+    published newer weights, with each env's recurrent state kept here."""
+
+    def __init__(self, weights: Weights, net: Any, num_envs: int) -> None:
+        self.weights, self.net, self.version = weights, net, -1
+        self.device = next(net.parameters()).device
+        self.state = net.initial_state(num_envs, self.device)
+
+    def __call__(self, ids: np.ndarray, obs: np.ndarray, starts: np.ndarray) -> InferResult:
+        version, weights = self.weights.latest
+        if version != self.version:
+            self.net.load_state_dict(weights)
+            self.version = version
+        rows = torch.as_tensor(ids, device=self.device)
+        state0 = None
+        if self.state is not None:
+            h, c = self.state
+            keep = torch.as_tensor(~starts, device=self.device).float().unsqueeze(-1)
+            h[rows], c[rows] = h[rows] * keep, c[rows] * keep  # zero at episode starts
+            state0 = (h[rows], c[rows])
+        x = torch.as_tensor(obs, device=self.device)
+        action, logprob, value, state1 = self.net.step(x, None, state0)
+        out = state0
+        if self.state is not None and state1 is not None and out is not None:
+            self.state[0][rows], self.state[1][rows] = state1
+            out = (out[0].cpu().numpy(), out[1].cpu().numpy())
+        return InferResult(
+            action.cpu().numpy(), logprob.cpu().numpy(), value.cpu().numpy(), version, out
+        )
+
+
+class ThreadActor(threading.Thread):
+    """An actor thread: steps its pool with actions from `infer` and queues unrolls."""
+
+    def __init__(self, index: int, spec: ActorSpec, infer: InferFn, out: queue.Queue, seed: int):
+        super().__init__(name=f"actor-{index}", daemon=True)
+        self.spec, self.infer, self.out, self.seed = spec, infer, out, seed
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.envs = spec.make_pool(seed)
+        self._arrays: list[tuple[str, tuple, Any]] = spec.arrays(
+            self.envs.single_observation_space.shape, self.envs.single_observation_space.dtype
+        )
+        self._buf: dict[str, np.ndarray] = {}
+
+    def run(self) -> None:
+        try:
+            collect(self.spec, self.infer, self.envs, self.seed, self._buffers, self._publish)
+        except BaseException as e:  # handed to the learner, which raises it
+            self.error = e
+        finally:
+            self.envs.close()
+
+    def _buffers(self) -> dict[str, np.ndarray] | None:
+        if self.stop.is_set():
+            return None
+        self._buf = {name: np.empty(shape, dtype) for name, shape, dtype in self._arrays}
+        return self._buf
+
+    def _publish(self, returns: list[float], lengths: list[int]) -> None:
+        unroll = Unroll.from_arrays(self._buf, returns, lengths)
+        while not self.stop.is_set():
+            try:
+                self.out.put(unroll, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+
+# ---- process actors -----------------------------------------------------------------------------
+
+_FREE, _FULL = 0, 1
+
+
+class UnrollRing:
+    """A process actor's `slots` unroll slots in one shared-memory block, plus its episode
+    statistics, the slots' states (free/full) and order, its life count and a stop flag."""
+
+    def __init__(self, layout: Layout, name: str | None = None) -> None:
+        self.block = Block(layout, name=name)
+        self.a = self.block.arrays
+        self.slots = len(self.a["flags"])
+
+    @classmethod
+    def plan(
+        cls, spec: ActorSpec, obs_shape: tuple[int, ...], obs_dtype: Any, slots: int = 2
+    ) -> Layout:
+        """The layout of a ring for `spec`'s unrolls."""
+        cap = spec.unroll * spec.num_envs  # at most one episode ends per env step
+        arrays = [
+            (name, (slots, *shape), dtype)
+            for name, shape, dtype in spec.arrays(obs_shape, obs_dtype)
+        ]
+        arrays += [
+            ("ep_returns", (slots, cap), np.float64),
+            ("ep_lengths", (slots, cap), np.int64),
+            ("ep_count", (slots,), np.int64),
+            ("flags", (slots,), np.int64),
+            ("order", (slots,), np.int64),
+            ("lives", (1,), np.int64),
+            ("stop", (1,), np.int64),
+        ]
+        return Layout.plan(arrays)
+
+    def slot(self, k: int) -> dict[str, np.ndarray]:
+        """Views of slot k's unroll arrays."""
+        skip = {"ep_returns", "ep_lengths", "ep_count", "flags", "order", "lives", "stop"}
+        return {name: v[k] for name, v in self.a.items() if name not in skip}
+
+    # the actor's side
+
+    def acquire(self) -> int | None:
+        """A free slot to write (waiting for the learner to free one), or None once stopped."""
+        while not self.a["stop"][0]:
+            free = np.flatnonzero(self.a["flags"] == _FREE)
+            if len(free):
+                return int(free[0])
+            time.sleep(0.0005)
+        return None
+
+    def publish(self, k: int, returns: list[float], lengths: list[int]) -> None:
+        """Slot k is complete: record its episodes and hand it to the learner."""
+        m = len(returns)
+        self.a["ep_returns"][k, :m], self.a["ep_lengths"][k, :m] = returns, lengths
+        self.a["ep_count"][k] = m
+        self.a["order"][k] = self.a["order"].max() + 1
+        self.a["flags"][k] = _FULL  # last: the learner reads the slot only after this store
+
+    # the learner's side
+
+    def take(self) -> list[Unroll]:
+        """Copies of the full slots, oldest first; their slots are freed."""
+        full = np.flatnonzero(self.a["flags"] == _FULL)
+        out = []
+        for k in full[np.argsort(self.a["order"][full])]:
+            m = int(self.a["ep_count"][k])
+            arrays = {name: v.copy() for name, v in self.slot(int(k)).items()}
+            returns = self.a["ep_returns"][k, :m].tolist()
+            lengths = self.a["ep_lengths"][k, :m].tolist()
+            out.append(Unroll.from_arrays(arrays, returns, lengths))
+            self.a["flags"][k] = _FREE
+        return out
+
+
+def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: Layout,
+                  seed: int) -> None:  # fmt: skip
+    """A process actor's body: its pool, inference through `client`, unrolls into its ring.
+
+    A restarted actor's envs start from new seeds (the ring counts its lives)."""
+    ring = UnrollRing(layout, name=ring_name)
+    try:
+        ring.a["lives"][0] += 1
+        seed += 1_000_003 * int(ring.a["lives"][0] - 1)
+        slot = [-1]
+
+        def buffers() -> dict[str, np.ndarray] | None:
+            k = ring.acquire()
+            if k is None:
+                return None
+            slot[0] = k
+            return ring.slot(k)
+
+        def infer(ids: np.ndarray, obs: np.ndarray, starts: np.ndarray) -> InferResult:
+            return client.infer(obs, ids, starts)
+
+        with spec.make_pool(seed) as envs:
+            collect(spec, infer, envs, seed, buffers,
+                    lambda returns, lengths: ring.publish(slot[0], returns, lengths))  # fmt: skip
+    finally:
+        ring.block.close()
+
+
+class ProcessActors:
+    """`count` process actors on `server`, and the learner-side thread collecting their unrolls
+    onto `out`."""
+
+    def __init__(
+        self,
+        count: int,
+        spec: ActorSpec,
+        server: InferenceServer,
+        out: queue.Queue,
+        seeds: list[int],
+    ) -> None:
+        self.server, self.out, self.count = server, out, count
+        space = server.obs_space
+        resource_tracker.ensure_running()  # shared with the children: the parent's unlink counts
+        layout = UnrollRing.plan(spec, space.shape, space.dtype)
+        self.rings = [UnrollRing(layout) for _ in range(count)]
+        for a, ring in enumerate(self.rings):
+            server.spawn(a, process_actor, spec.num_envs,
+                         (spec, ring.block.name, layout, seeds[a]))  # fmt: skip
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._collect, name="unroll-collector", daemon=True)
+        self._thread.start()
+
+    def check(self) -> None:
+        """Raise if an actor died for good (after its restarts) or the collector failed."""
+        if self.error is not None:
+            raise RuntimeError("collecting unrolls failed") from self.error
+        for a in range(self.count):
+            failure = self.server.failure(a)
+            if failure is not None:
+                raise RuntimeError(failure)
+
+    def restarts(self) -> int:
+        """Restarts of all actors so far."""
+        return sum(self.server.restarts(a) for a in range(self.count))
+
+    def _collect(self) -> None:
+        try:
+            while not self._stop.is_set():
+                got = [u for ring in self.rings for u in ring.take()]
+                for unroll in got:
+                    while not self._stop.is_set():
+                        try:
+                            self.out.put(unroll, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                if not got:
+                    time.sleep(0.0005)
+        except BaseException as e:
+            self.error = e
+
+    def close(self) -> None:
+        """Stop the actors (before the server closes) and the collector; free the rings."""
+        for ring in self.rings:
+            ring.a["stop"][0] = 1
+        self._stop.set()
+        self._thread.join()
+
+    def release(self) -> None:
+        """Free the rings' shared memory (after the server has stopped the processes)."""
+        for ring in self.rings:
+            ring.a = {}
+            ring.block.close(unlink=True)

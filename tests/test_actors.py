@@ -1,0 +1,122 @@
+"""Actors of the actor-learner loop: unrolls record what happened, truncated episodes are
+bootstrapped from their final observation, recurrent unrolls carry their start state, and the
+process actors' shared-memory ring hands over only complete unrolls, oldest first."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from onebox.nn.networks import ActorCritic
+from onebox.sampling.actors import (
+    ActorSpec,
+    LocalPolicy,
+    UnrollRing,
+    Weights,
+    collect,
+)
+from onebox.sampling.inference import InferResult
+
+GAMMA = 0.9
+
+
+def spec(**kw) -> ActorSpec:
+    base = dict(env="CartPole-v1", num_envs=3, num_threads=1, env_options={"max_episode_steps": 4},
+                unroll=6, gamma=GAMMA, lstm=None)  # fmt: skip
+    return ActorSpec(**{**base, **kw})
+
+
+def run_collect(s: ActorSpec, infer, unrolls: int = 2) -> list[dict]:
+    out: list[dict] = []
+    with s.make_pool(seed=3) as envs:
+        arrays = s.arrays(envs.single_observation_space.shape, envs.single_observation_space.dtype)
+
+        def buffers():
+            if len(out) == unrolls:
+                return None
+            out.append({name: np.zeros(shape, dtype) for name, shape, dtype in arrays})
+            return out[-1]
+
+        def publish(returns, lengths):
+            out[-1]["episodes"] = (returns, lengths)
+
+        collect(s, infer, envs, 3, buffers, publish)
+    return out
+
+
+def test_truncated_rewards_are_bootstrapped_from_the_final_observation() -> None:
+    calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def infer(ids, obs, starts):  # alternate actions (CartPole survives 4 steps); V = sum(obs)
+        calls.append((ids.copy(), obs.copy(), starts.copy()))
+        actions = np.full(len(ids), len(calls) % 2, np.int64)
+        return InferResult(actions, np.full(len(ids), -0.5, np.float32),
+                           obs.sum(1).astype(np.float32), 7)  # fmt: skip
+
+    u1, u2 = run_collect(spec(), infer)
+    # Steps 0..3 form episode 1 (truncated at step 3), steps 4..5 start episode 2.
+    assert u1["starts"][:, 0].tolist() == [True, False, False, False, True, False]
+    assert u1["ends"][:, 0].tolist() == [False, False, False, True, False, False]
+    assert u2["starts"][:, 0].tolist() == [False, False, True, False, False, False]
+    # Requests: steps 0-3, then the final observations of the 3 truncated episodes (no start
+    # flags: a recurrent policy values them from the episodes' own states), then step 4.
+    ids, final_obs, starts = calls[4]
+    assert ids.tolist() == [0, 1, 2] and not starts.any() and calls[5][2].all()
+    np.testing.assert_allclose(u1["rewards"][3], 1.0 + GAMMA * final_obs.sum(1), rtol=1e-6)
+    assert np.array_equal(u1["rewards"][[0, 1, 2, 4, 5]], np.ones((5, 3)))
+    assert u1["episodes"] == ([4.0, 4.0, 4.0], [4, 4, 4])  # the true returns, not bootstrapped
+    assert (u1["versions"] == 7).all() and (u1["logprobs"] == -0.5).all()
+    # next_obs of unroll 1 is the first observation of unroll 2.
+    assert np.array_equal(u1["next_obs"], u2["obs"][0])
+
+
+def test_local_policy_records_start_states_and_resets_them() -> None:
+    torch.manual_seed(0)
+    s = spec(lstm=8, env_options={"max_episode_steps": 4})
+    net = ActorCritic(spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2), lstm=8)
+    local = LocalPolicy(Weights(net, 3), copy.deepcopy(net), 3)
+    u1, u2 = run_collect(s, local)
+    # The first unroll starts every env from zeros; the second from the state the first reached.
+    assert np.array_equal(u1["h"], np.zeros((3, 8))) and np.array_equal(u1["c"], np.zeros((3, 8)))
+    obs = torch.as_tensor(u1["obs"])
+    starts = torch.as_tensor(u1["starts"])
+    _, _, (h, _) = net.unroll(obs, starts, net.initial_state(3))
+    np.testing.assert_allclose(u2["h"], h.detach().numpy(), atol=1e-6)
+    # Replaying unroll 2 from its recorded state gives the behaviour log-probs.
+    d, _, _ = net.unroll(torch.as_tensor(u2["obs"]), torch.as_tensor(u2["starts"]),
+                         (torch.as_tensor(u2["h"]), torch.as_tensor(u2["c"])))  # fmt: skip
+    logprobs = d.log_prob(torch.as_tensor(u2["actions"]).flatten()).view(6, 3)
+    np.testing.assert_allclose(logprobs.detach().numpy(), u2["logprobs"], atol=1e-5)
+
+
+def test_ring_hands_over_complete_unrolls_oldest_first() -> None:
+    s = spec(num_envs=2, unroll=3)
+    layout = UnrollRing.plan(s, (4,), np.float32, slots=3)
+    ring = UnrollRing(layout)
+    actor_side = UnrollRing(layout, name=ring.block.name)
+    try:
+        assert ring.take() == []
+        k1 = actor_side.acquire()
+        actor_side.slot(k1)["obs"][:] = 1.0
+        actor_side.publish(k1, [10.0], [5])
+        k2 = actor_side.acquire()
+        assert k2 != k1
+        actor_side.slot(k2)["obs"][:] = 2.0  # written, never published (the actor died)
+        k3 = next(k for k in range(3) if k not in (k1, k2))
+        actor_side.slot(k3)["obs"][:] = 3.0
+        actor_side.publish(k3, [], [])
+        got = ring.take()
+        assert [float(u.obs.max()) for u in got] == [1.0, 3.0]
+        assert got[0].returns == [10.0] and got[0].lengths == [5] and got[1].returns == []
+        assert ring.take() == []  # freed, not handed over twice
+        actor_side.a["flags"][:] = 1  # every slot full: the actor would wait for the learner...
+        ring.a["stop"][0] = 1
+        assert actor_side.acquire() is None  # ...but the learner stopped: no hang
+    finally:
+        actor_side.a = {}
+        actor_side.block.close()
+        ring.a = {}
+        ring.block.close(unlink=True)
