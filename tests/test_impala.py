@@ -33,25 +33,36 @@ def train(tmp_path: Path, *args: str, algo: str = "impala") -> Path:
 
 
 @pytest.mark.parametrize(
-    ("algo", "steps", "target"), [("impala", 150_000, 300), ("appo", 200_000, 475)]
+    ("algo", "steps", "target"), [("impala", 150_000, 475), ("appo", 200_000, 475)]
 )
 def test_cartpole_learns(tmp_path: Path, algo: str, steps: int, target: float) -> None:
     run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", str(steps), algo=algo)
     assert best_window(run_dir) >= target
     lag = [v for _, v in metric(run_dir, "charts/policy_lag")]
-    assert len(lag) == steps // 320 and min(lag) >= 0
+    assert len(lag) == steps // 80 and min(lag) >= 0  # classic preset: 80 steps per batch
+
+
+@pytest.mark.parametrize("algo", ["impala", "appo"])
+def test_lstm_core_learns_cartpole(tmp_path: Path, algo: str) -> None:
+    # The recurrent agent learns slower on CartPole than the feed-forward one (random play: ~22).
+    run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "80000", "--lstm", "64",
+                    algo=algo)  # fmt: skip
+    assert best_window(run_dir) >= 60
+    # Replaying an unroll from its recorded start state reproduces the behaviour policy: the
+    # first update (no lag yet) sees importance weights of exactly 1.
+    assert metric(run_dir, "losses/mean_rho")[0][1] == pytest.approx(1.0, abs=1e-4)
 
 
 def test_run_logs_checkpoints_evaluates_and_resumes(tmp_path: Path, capsys) -> None:
     run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "3200", "--actors", "3",
                     "--inference", "local", "--sync-every", "2")  # fmt: skip
     for tag in ("losses/policy_loss", "losses/mean_rho", "charts/policy_lag", "charts/SPS"):
-        assert [s for s, _ in metric(run_dir, tag)] == list(range(320, 3201, 320)), tag
+        assert [s for s, _ in metric(run_dir, tag)] == list(range(80, 3201, 80)), tag
     # Actors act with weights synced every 2 updates: the second update's batch is 1 behind.
     lags = [v for _, v in metric(run_dir, "charts/policy_lag")]
     assert min(lags) >= 0 and lags[1] >= 1
     state = run.load_checkpoint(run_dir)
-    assert state["global_step"] == 3200 and state["updates"] == 10
+    assert state["global_step"] == 3200 and state["updates"] == 40
     capsys.readouterr()
     assert cli.main(["eval", str(run_dir), "--episodes", "2"]) == 0
     assert "2 episodes" in capsys.readouterr().out
@@ -77,9 +88,9 @@ def test_killed_run_resumes_its_counters(tmp_path: Path) -> None:
     assert 0 < saved < 40000
     assert cli.main(["train", "--resume", str(run_dir)]) == 0
     state = run.load_checkpoint(run_dir)
-    assert state["global_step"] == 40000 and state["updates"] == 125  # 40000 / 320 updates
+    assert state["global_step"] == 40000 and state["updates"] == 500  # 40000 / 80 updates
     steps = [s for s, _ in metric(run_dir, "charts/SPS")]
-    assert steps == list(range(320, 40001, 320))  # each update logged once, none lost
+    assert steps == list(range(80, 40001, 80))  # each update logged once, none lost
 
 
 def descendants(pid: int) -> dict[int, int]:
@@ -114,7 +125,7 @@ def test_killed_actor_process_is_restarted_and_training_goes_on(tmp_path: Path) 
     try:
         deadline = time.monotonic() + 120
         # Actors are the forkserver's children: the run's descendants two levels down.
-        while not (run_dir / "metrics.csv").exists() or len(metric(run_dir, "charts/SPS")) < 10:
+        while not (run_dir / "metrics.csv").exists() or len(metric(run_dir, "charts/SPS")) < 40:
             assert proc.poll() is None, proc.communicate()[0]
             assert time.monotonic() < deadline
             time.sleep(0.2)
@@ -125,9 +136,9 @@ def test_killed_actor_process_is_restarted_and_training_goes_on(tmp_path: Path) 
     finally:
         proc.kill()
     assert proc.returncode == 0, out
-    assert [s for s, _ in metric(run_dir, "charts/SPS")] == list(range(320, 48001, 320))
+    assert [s for s, _ in metric(run_dir, "charts/SPS")] == list(range(80, 48001, 80))
     assert metric(run_dir, "charts/actor_restarts")[-1][1] == 1
-    assert run.load_checkpoint(run_dir)["updates"] == 150
+    assert run.load_checkpoint(run_dir)["updates"] == 600
 
 
 @pytest.mark.parametrize(

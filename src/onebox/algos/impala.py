@@ -63,7 +63,7 @@ from onebox.sampling.inference import InferenceServer
 
 PRESETS: dict[str, dict[str, Any]] = {
     "classic": dict(
-        total_steps=500_000, actors=2, envs_per_actor=8, unroll=20, batch_unrolls=2,
+        total_steps=500_000, actors=2, envs_per_actor=8, unroll=10, batch_unrolls=1,
         learning_rate=2e-3, optimizer="adam", max_grad_norm=0.5,
     ),
     "atari": dict(
@@ -72,7 +72,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
 }  # fmt: skip
 """Per env family: IMPALA's Atari settings (32 env-unrolls of 20 steps per batch, RMSProp 6e-4,
-grad clip 40), and a smaller, faster-learning setting for classic control."""
+grad clip 40), and for classic control small batches of one 8-env unroll of 10 steps, many quick
+updates: on CartPole-v1 this solved all 8 seeds tried within 150k steps (best 20-episode mean
+500), where 2 unrolls of 20 steps reached 280-500."""
 
 
 @dataclasses.dataclass
@@ -92,9 +94,9 @@ class Config:
     envs_per_actor: int | None = None
     """Envs in each actor's pool (preset: 8)."""
     unroll: int | None = None
-    """Steps per unroll (preset: 20)."""
+    """Steps per unroll (preset: 10 classic, 20 Atari)."""
     batch_unrolls: int | None = None
-    """Unrolls per learner batch (preset: 2 classic, 4 Atari: 32 env-unrolls of 20 steps)."""
+    """Unrolls per learner batch (preset: 1 classic, 4 Atari: 32 env-unrolls of 20 steps)."""
     learning_rate: float | None = None
     """Learning rate (preset: Adam 2e-3 classic, RMSProp 6e-4 Atari), linearly annealed."""
     optimizer: Literal["adam", "rmsprop"] | None = None
