@@ -185,7 +185,7 @@ class Sampler:
         hidden = None
         if self.recurrent:
             self._state = self._initial_state()
-            self._next_state = self._initial_state()
+            self._next_state = self._initial_state() if double_buffered else None
             hidden = self._state[0].shape[1]
 
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
@@ -334,7 +334,7 @@ class Sampler:
         """A recurrent policy's step for envs `ids` at step `rows`: their states advance here, and
         the state before step 0 (or, double-buffered, before step T: the next rollout's 0) is
         kept for the rollout."""
-        assert self._state is not None and self._next_state is not None
+        assert self._state is not None
         st = self._storage
         assert st.starts is not None and st.state is not None
         starts = torch.as_tensor(self._starts[ids], device=self.device)
@@ -345,6 +345,7 @@ class Sampler:
             self._state = state
             return action, logprob, value
         env = index[1]
+        assert self._next_state is not None
         for row, keep in ((0, st.state), (self.num_steps, self._next_state)):
             at = env[torch.as_tensor(rows == row)]
             if len(at):
