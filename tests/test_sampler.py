@@ -136,3 +136,83 @@ def test_gae_against_hand_computed_values() -> None:
     adv, ret = gae(rewards, values, ends, next_value, g, lam)
     np.testing.assert_allclose(adv[:, 0].numpy(), [0.68, -1.0, 4.5], rtol=1e-6)
     np.testing.assert_allclose(ret.numpy(), (adv + values).numpy())
+
+
+State = tuple[torch.Tensor, torch.Tensor]
+
+
+class CountingPolicy:
+    """A deterministic recurrent policy: its state `h` counts the episode's observations so far
+    (`c` sums the cart positions); it pushes toward the pole's lean, but away from it at counts
+    3 and 4 of every 5 (so some episodes fail before their 25-step limit); its value is the
+    count."""
+
+    recurrent = True
+
+    def initial_state(self, envs: int, device: object = None) -> State:
+        zeros = torch.zeros(envs, 1)
+        return zeros, zeros.clone()
+
+    def unroll(
+        self, obs: torch.Tensor, starts: torch.Tensor | None, state: State
+    ) -> tuple[None, torch.Tensor, State]:
+        h, c = state
+        values = []
+        for t in range(len(obs)):
+            if starts is not None:
+                keep = (~starts[t]).float().unsqueeze(1)
+                h, c = h * keep, c * keep
+            h, c = h + 1, c + obs[t][:, :1]
+            values.append(h[:, 0])
+        return None, torch.cat(values), (h, c)
+
+    def step(
+        self, obs: torch.Tensor, starts: torch.Tensor | None, state: State
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
+        _, value, state = self.unroll(obs[None], None if starts is None else starts[None], state)
+        action = ((obs[:, 2] > 0) ^ (state[0][:, 0] % 5 > 2)).long()
+        return action, torch.zeros(len(obs)), value, state
+
+
+RECURRENT_KEYS = ("obs", "actions", "values", "rewards", "ends", "starts", "next_obs", "next_value")
+
+
+def _collect_recurrent(double: bool, steps: int = 20, rollouts: int = 4) -> list[dict]:
+    with _pool(6, double, max_episode_steps=25) as envs:
+        sampler = Sampler(envs, CountingPolicy(), steps, gamma=0.9, double_buffered=double)
+        sampler.reset(seed=5)
+        out = []
+        for _ in range(rollouts):
+            r = sampler.collect()
+            got = {k: getattr(r, k).clone() for k in RECURRENT_KEYS}
+            got["h"], got["c"] = r.state[0].clone(), r.state[1].clone()
+            out.append(got)
+    return out
+
+
+def test_recurrent_state_is_carried_by_env_in_both_modes() -> None:
+    sync, double = _collect_recurrent(False), _collect_recurrent(True)
+    for k, (a, b) in enumerate(zip(sync, double, strict=True)):
+        for key in (*RECURRENT_KEYS, "h", "c"):
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=f"{key} {k}")
+    policy = CountingPolicy()
+    for k, r in enumerate(sync):
+        # starts: every env begins an episode at reset, then wherever the previous step ended one.
+        first = torch.ones(6, dtype=torch.bool) if k == 0 else sync[k - 1]["ends"][-1]
+        assert torch.equal(r["starts"][0], first)
+        assert torch.equal(r["starts"][1:], r["ends"][:-1])
+        # Replaying the rollout from its stored state gives the values it stored (the counts),
+        # and one step more the bootstrap value of the observation after it.
+        obs = torch.cat([r["obs"], r["next_obs"][None]])
+        starts = torch.cat([r["starts"], r["ends"][-1:]])
+        _, values, _ = policy.unroll(obs, starts, (r["h"], r["c"]))
+        torch.testing.assert_close(values, torch.cat([r["values"].flatten(), r["next_value"]]))
+    assert sync[1]["h"].sum() > 0  # states were carried over from the previous rollout
+    rewards = torch.cat([r["rewards"] for r in sync])
+    ends = torch.cat([r["ends"] for r in sync])
+    # A truncated episode (25 steps) bootstraps from V(final obs) with its state after step 25:
+    # the count 26, so its last reward is 1 + 0.9 * 26. Terminated ones keep their reward 1.
+    truncated = rewards != 1.0
+    torch.testing.assert_close(rewards[truncated], torch.full_like(rewards[truncated], 24.4))
+    assert truncated.any() and (ends & ~truncated).any()
+    assert not (truncated & ~ends).any()

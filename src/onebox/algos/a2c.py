@@ -10,6 +10,9 @@ entropy bonus, with the gradient norm clipped.
 Presets per env family follow SB3 and the RL Baselines3 Zoo: `classic` (8 envs, no entropy bonus),
 `atari` (16 envs, entropy 0.01, value coefficient 0.25), `continuous` (8 envs, observation and
 reward normalization). Any field given on the command line wins over the preset.
+
+With `--lstm H` the network has an LSTM core: the sampler carries each env's state across
+rollouts, and the loss replays the whole rollout with one `unroll` from the stored initial state.
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ class Config:
     """Value loss coefficient (preset: 0.5, or 0.25 Atari)."""
     max_grad_norm: float = 0.5
     """Gradient norm clip."""
+    lstm: int | None = None
+    """LSTM core size; None = feed-forward."""
     normalize_obs: bool | None = None
     """Running observation normalization (preset: on for continuous control only)."""
     normalize_reward: bool | None = None
@@ -131,10 +136,13 @@ def make_agent(config: Config, envs: Any, device: torch.device) -> Agent:
 
 def loss(config: Any, net: ActorCritic, rollout: Rollout) -> tuple[torch.Tensor, dict[str, float]]:
     """The actor-critic loss of one rollout and its parts to log. `config` gives gamma,
-    gae_lambda, norm_adv, ent_coef and vf_coef (A3C's workers use it too)."""
+    gae_lambda, norm_adv, ent_coef and vf_coef (A3C's workers use it too). A recurrent net
+    replays the rollout from its stored initial state and episode starts."""
     advantages, returns = gae(rollout.rewards, rollout.values, rollout.ends, rollout.next_value,
                               config.gamma, config.gae_lambda)  # fmt: skip
-    dist, values = net.dist(rollout.obs.flatten(0, 1))
+    if net.recurrent and (rollout.starts is None or rollout.state is None):
+        raise ValueError("a recurrent net's loss needs a rollout with starts and state")
+    dist, values, _ = net.unroll(rollout.obs, rollout.starts, rollout.state)
     logprobs = net.log_prob(dist, rollout.actions.flatten(0, 1))
     adv = advantages.flatten()
     if config.norm_adv:

@@ -11,6 +11,9 @@ queue, saves checkpoints, restarts a worker that dies (found through its process
 on Ctrl-C or at the end stops the workers and saves. Resume continues from the checkpointed
 weights, optimizer statistics and step count (the asynchronous interleaving itself cannot be
 replayed).
+
+With `--lstm H` the network has an LSTM core; each worker's sampler carries its envs' states
+through its n-step segments, and the gradient replays each segment from its initial state.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from onebox.algos.common import (
     probe_env,
     seed_everything,
 )
-from onebox.algos.onpolicy import Agent
+from onebox.algos.onpolicy import Agent, check_lstm
 from onebox.nn.networks import ActorCritic
 from onebox.sampling import Sampler
 
@@ -76,6 +79,8 @@ class Config:
     """Value loss coefficient."""
     max_grad_norm: float = 0.5
     """Gradient norm clip, per worker update."""
+    lstm: int | None = None
+    """LSTM core size; None = feed-forward."""
     num_threads: int = 1
     """Env pool threads in each worker."""
     max_restarts: int = 10
@@ -106,6 +111,7 @@ def resolve(config: Config) -> Config:
     ActorCritic.check_spaces(obs_space, act_space)
     check_positive(config, "total_steps", "actors", "envs_per_actor", "num_steps")
     check_positive(config, "learning_rate", "rms_eps", "max_grad_norm", "num_threads", "log_every")
+    check_lstm(config.lstm)
     if config.max_restarts < 0:
         raise ValueError(f"--max-restarts must be >= 0, got {config.max_restarts}")
     if not 0 <= config.gamma <= 1 or not 0 <= config.gae_lambda <= 1:
@@ -120,7 +126,7 @@ def resolve(config: Config) -> Config:
 
 def make_agent(config: Config, envs: Any) -> Agent:
     """The actor-critic and its RMSprop (on the CPU: the workers share them in memory)."""
-    net = ActorCritic(envs.single_observation_space, envs.single_action_space)
+    net = ActorCritic(envs.single_observation_space, envs.single_action_space, lstm=config.lstm)
     optimizer = torch.optim.RMSprop(
         net.parameters(), lr=config.learning_rate, alpha=config.rms_alpha, eps=config.rms_eps
     )
@@ -169,7 +175,7 @@ def worker(
                             seed=seed, autoreset_mode="SameStep",
                             **parse_env_options(config.env_options))  # fmt: skip
     shared, optimizer = agent.net, agent.optimizer
-    local = ActorCritic(envs.single_observation_space, envs.single_action_space)
+    local = ActorCritic(envs.single_observation_space, envs.single_action_space, lstm=config.lstm)
     sampler = Sampler(envs, local, config.num_steps, gamma=config.gamma)
     sampler.reset(seed=seed)
     batch = config.envs_per_actor * config.num_steps
@@ -367,6 +373,6 @@ def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
     state = run.load_checkpoint(run_dir)["agent"]
     with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
-        net = ActorCritic(probe.single_observation_space, probe.single_action_space)
+        net = make_agent(config, probe).net
     net.load_state_dict(state["net"])
     return greedy_policy(net.to(device), device)

@@ -3,8 +3,8 @@ pool, the run loop (run folder, logs, progress bar, checkpoints, Ctrl-C, exact r
 `Sampler`, and the greedy policy of a finished run for `onebox eval`.
 
 A learner module supplies its config (a dataclass with the fields `run_loop` reads: env, seed,
-total_steps, num_envs, num_steps, sampler, learning_rate, anneal_lr, gamma, torch_threads, device,
-...), `make_agent(config, envs, device)` and `update(config, agent, rollout) -> stats`.
+total_steps, num_envs, num_steps, sampler, learning_rate, anneal_lr, gamma, lstm, torch_threads,
+device, ...), `make_agent(config, envs, device)` and `update(config, agent, rollout) -> stats`.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ def resolve_common(config: Any, presets: dict[str, dict[str, Any]]) -> Any:
         config = dataclasses.replace(config, torch_threads=threads)
     check_positive(config, "total_steps", "num_envs", "num_steps", "learning_rate")
     check_positive(config, "torch_threads")
+    check_lstm(config.lstm)
     if config.sampler == "double" and (config.num_envs < 2 or config.num_envs % 2):
         raise ValueError(f"--sampler double needs an even --num-envs >= 2, got {config.num_envs}")
     if not 0 <= config.gamma <= 1 or not 0 <= config.gae_lambda <= 1:
@@ -89,14 +90,25 @@ def resolve_common(config: Any, presets: dict[str, dict[str, Any]]) -> Any:
     return config
 
 
+def check_lstm(lstm: int | None) -> None:
+    """Raise ValueError unless `lstm` (an LSTM core's size) is None or positive."""
+    if lstm is not None and lstm < 1:
+        raise ValueError(
+            f"--lstm is the LSTM core's size and must be positive, got {lstm}; leave it unset "
+            "for a feed-forward net"
+        )
+
+
 MakeOptimizer = Callable[[Any], torch.optim.Optimizer]
 """Network parameters -> optimizer."""
 
 
 def build_agent(config: Any, envs: Any, device: torch.device, optimizer: MakeOptimizer) -> Agent:
-    """An `ActorCritic` for the pool's spaces, its optimizer, and the normalizers the config asks
-    for (`normalize_obs`, `normalize_reward`)."""
-    net = ActorCritic(envs.single_observation_space, envs.single_action_space).to(device)
+    """An `ActorCritic` for the pool's spaces (with an LSTM core of `config.lstm` units if set),
+    its optimizer, and the normalizers the config asks for (`normalize_obs`, `normalize_reward`)."""
+    net = ActorCritic(envs.single_observation_space, envs.single_action_space, lstm=config.lstm).to(
+        device
+    )
     obs_norm = ObsNormalizer(envs.single_observation_space.shape) if config.normalize_obs else None
     scaler = RewardScaler(envs.num_envs, config.gamma) if config.normalize_reward else None
     return Agent(net, optimizer(net.parameters()), obs_norm, scaler)

@@ -8,6 +8,10 @@ One iteration collects `num_steps` steps from each of `num_envs` envs (sync or d
 updates of the clipped surrogate objective with value clipping, an entropy bonus, gradient norm
 clipping and optional KL early stopping. The learning rate anneals linearly to zero.
 
+With `--lstm H` the network has an LSTM core (CleanRL's ppo_atari_lstm): the sampler carries each
+env's state, and a minibatch is a group of whole envs (num_envs / num_minibatches of them), each
+replayed over the rollout from its stored initial state with the stored episode starts.
+
 Defaults come from a preset per env family, equal to CleanRL's scripts so results compare:
 `classic` (ppo.py), `atari` (ppo_atari_envpool.py), `continuous` (ppo_continuous_action.py, with
 observation and reward normalization). Any field given on the command line wins over the preset.
@@ -16,6 +20,7 @@ observation and reward normalization). Any field given on the command line wins 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +31,7 @@ from torch import nn
 from onebox.algos import onpolicy
 from onebox.algos.common import check_positive
 from onebox.algos.onpolicy import Agent, build_agent, resolve_common, run_loop
+from onebox.nn.networks import ActorCritic
 from onebox.run import load_config
 from onebox.sampling import Rollout, gae
 
@@ -91,6 +97,8 @@ class Config:
     """Gradient norm clip."""
     target_kl: float | None = None
     """Stop an update's epochs early when the approximate KL exceeds this (None: never)."""
+    lstm: int | None = None
+    """LSTM core size; None = feed-forward. With it, num_minibatches must divide num_envs."""
     normalize_obs: bool | None = None
     """Running observation normalization (preset: on for continuous control only)."""
     normalize_reward: bool | None = None
@@ -146,6 +154,11 @@ def resolve(config: Config) -> Config:
             f"--num-minibatches {config.num_minibatches} does not divide the batch of "
             f"num_envs * num_steps = {config.batch_size} steps; pick a divisor"
         )
+    if config.lstm is not None and config.num_envs % config.num_minibatches:
+        raise ValueError(
+            f"with --lstm a minibatch is a group of whole envs: --num-minibatches "
+            f"{config.num_minibatches} must divide --num-envs {config.num_envs}"
+        )
     return config
 
 
@@ -161,6 +174,40 @@ def make_agent(config: Config, envs: Any, device: torch.device) -> Agent:
 # ---- the update ---------------------------------------------------------------------------------
 
 
+def minibatches(
+    config: Config, net: ActorCritic, rollout: Rollout
+) -> Iterator[tuple[torch.Tensor, Any, torch.Tensor]]:
+    """One epoch's minibatches in random order, each computed when reached (after the previous
+    one's optimizer step): (its rows of the flattened (T * N) rollout, the net's action
+    distributions and values on those rows, in that order).
+
+    A feed-forward net gets random rows; a recurrent one groups of whole envs, replayed with
+    `net.unroll` from the rollout's stored initial state and episode starts."""
+    assert config.num_minibatches is not None
+    if not net.recurrent:
+        obs = rollout.obs.flatten(0, 1)
+        order = torch.randperm(config.batch_size, device=obs.device)
+        for start in range(0, config.batch_size, config.minibatch_size):
+            mb = order[start : start + config.minibatch_size]
+            dist, value = net.dist(obs[mb])
+            yield mb, dist, value
+        return
+    if rollout.starts is None or rollout.state is None:
+        raise ValueError("a recurrent net's update needs a rollout with starts and state")
+    t, n = rollout.num_steps, rollout.num_envs
+    device = rollout.obs.device
+    order = torch.randperm(n, device=device)
+    rows = torch.arange(t, device=device).unsqueeze(1) * n  # row of (step t, env 0)
+    size = n // config.num_minibatches
+    h, c = rollout.state
+    for start in range(0, n, size):
+        envs = order[start : start + size]
+        dist, value, _ = net.unroll(
+            rollout.obs[:, envs], rollout.starts[:, envs], (h[envs], c[envs])
+        )
+        yield (rows + envs).flatten(), dist, value
+
+
 def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
     """PPO epochs over one rollout; returns the losses and diagnostics to log."""
     net, optimizer = agent.net, agent.optimizer
@@ -172,7 +219,6 @@ def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
         config.gamma,
         config.gae_lambda,
     )
-    obs = rollout.obs.flatten(0, 1)
     actions = rollout.actions.flatten(0, 1)
     old_logprobs, old_values = rollout.logprobs.flatten(), rollout.values.flatten()
     advantages, returns = advantages.flatten(), returns.flatten()
@@ -182,10 +228,7 @@ def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
     approx_kl = old_approx_kl = torch.zeros(())
     pg_loss = v_loss = entropy_loss = torch.zeros(())
     for _ in range(config.update_epochs):
-        order = torch.randperm(config.batch_size, device=obs.device)
-        for start in range(0, config.batch_size, config.minibatch_size):
-            mb = order[start : start + config.minibatch_size]
-            dist, new_value = net.dist(obs[mb])
+        for mb, dist, new_value in minibatches(config, net, rollout):
             logratio = net.log_prob(dist, actions[mb]) - old_logprobs[mb]
             ratio = logratio.exp()
             with torch.no_grad():

@@ -27,6 +27,12 @@ class Rollout:
     """Observations after the last step, (N, ...): where the next rollout starts."""
     next_value: torch.Tensor
     """V(next_obs), (N,)."""
+    starts: torch.Tensor | None = None
+    """Recurrent policies only: (T, N) bool, `starts[t, i]` when obs[t, i] begins an episode (the
+    LSTM state is zeroed before it)."""
+    state: tuple[torch.Tensor, torch.Tensor] | None = None
+    """Recurrent policies only: each env's LSTM state `(h, c)` before step 0, each (N, hidden), as
+    the policy carried it (before `starts[0]` zeroes any of it)."""
 
     @classmethod
     def empty(
@@ -38,8 +44,10 @@ class Rollout:
         action_shape: tuple[int, ...],
         action_dtype: torch.dtype,
         device: torch.device,
+        hidden: int | None = None,
     ) -> Rollout:
-        """Preallocated buffers, reused by every rollout."""
+        """Preallocated buffers, reused by every rollout; with `hidden` (an LSTM's size) also
+        `starts` and the initial `state`."""
         t, n = num_steps, num_envs
 
         def z(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -54,6 +62,8 @@ class Rollout:
             ends=z(t, n, dtype=torch.bool),
             next_obs=z(n, *obs_shape, dtype=obs_dtype),
             next_value=z(n),
+            starts=None if hidden is None else z(t, n, dtype=torch.bool),
+            state=None if hidden is None else (z(n, hidden), z(n, hidden)),
         )
 
     @property

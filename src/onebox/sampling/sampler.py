@@ -14,13 +14,18 @@ Two modes:
 Observations go to the device as they come (uint8 images stay uint8 until the network); there is
 no Python loop over envs. The pool must use same-step autoreset: a truncated episode's final
 observation is then at hand to bootstrap its last reward (`r + gamma * V(final obs)`).
+
+A recurrent policy (`policy.recurrent`, e.g. an `ActorCritic` with an LSTM core) gets each env's
+state carried across steps and rollouts, indexed by env id, and zeroed where an episode starts.
+The rollout then also holds `starts` and every env's state before its step 0, so a learner can
+replay it; a truncated episode bootstraps from V(final obs) given the state after its last step.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -29,6 +34,9 @@ from gymnasium.vector import AutoresetMode
 
 from onebox.envs.base import EnvPool, SeedLike
 from onebox.sampling.rollout import Rollout
+
+State = tuple[torch.Tensor, torch.Tensor]
+"""A recurrent policy's state for a batch of envs, `(h, c)`, each (envs, hidden)."""
 
 ObsTransform = Callable[[np.ndarray, bool], np.ndarray]
 """(observations, update statistics?) -> observations the policy sees."""
@@ -45,6 +53,32 @@ class Policy(Protocol):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(obs) for a batch of observations."""
+        ...
+
+
+class RecurrentPolicy(Protocol):
+    """What the sampler needs of a policy with a state (`recurrent` true), as `ActorCritic`'s."""
+
+    @property
+    def recurrent(self) -> bool:
+        """True: the sampler carries a state for each env."""
+        ...
+
+    def initial_state(self, envs: int, device: torch.device) -> State | None:
+        """The state of `envs` envs at the start of an episode."""
+        ...
+
+    def step(
+        self, obs: torch.Tensor, starts: torch.Tensor | None, state: State | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State | None]:
+        """(action, log-probability, value, state after the step) for a batch of envs; the
+        state of envs flagged in `starts` (their obs begins an episode) is zeroed first."""
+        ...
+
+    def unroll(
+        self, obs: torch.Tensor, starts: torch.Tensor | None, state: State | None
+    ) -> tuple[Any, torch.Tensor, State | None]:
+        """Replay (T, envs) steps: (distributions, values (T * envs,), state after them)."""
         ...
 
 
@@ -95,7 +129,8 @@ class Sampler:
     Args:
         envs: a pool in same-step autoreset mode; for double buffering its `batch_size` must be
             half its (even) `num_envs`.
-        policy: computes actions, log-probabilities and values on `device`.
+        policy: computes actions, log-probabilities and values on `device`; a recurrent one
+            (`policy.recurrent`) gets its state carried per env.
         num_steps: steps per env in each rollout.
         device: where rollouts live and the policy runs.
         gamma: discount, to bootstrap truncated episodes.
@@ -109,7 +144,7 @@ class Sampler:
     def __init__(
         self,
         envs: EnvPool,
-        policy: Policy,
+        policy: Policy | RecurrentPolicy,
         num_steps: int,
         *,
         device: torch.device | str = "cpu",
@@ -141,6 +176,17 @@ class Sampler:
         self.obs_transform, self.reward_transform = obs_transform, reward_transform
         self.timer = timer or (lambda name: contextlib.nullcontext())
         self.episodes = EpisodeTracker(n)
+        self.recurrent = bool(getattr(policy, "recurrent", False))
+        """Whether the policy has a state, carried here for each env."""
+        self._rnn = cast(RecurrentPolicy, policy)  # the policy, used only when recurrent
+        self._state: State | None = None  # recurrent: each env's state after its last step
+        self._next_state: State | None = None  # double: the state before each env's step T
+        self._starts = np.ones(n, bool)  # recurrent: each env's next observation begins an episode
+        hidden = None
+        if self.recurrent:
+            self._state = self._initial_state()
+            self._next_state = self._initial_state() if double_buffered else None
+            hidden = self._state[0].shape[1]
 
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 and obs_transform is None else None
@@ -163,12 +209,14 @@ class Sampler:
             act_shape,
             act_dtype,
             self.device,
+            hidden,
         )
         st = self._storage
         if double_buffered:
             self.rollout = Rollout(
                 st.obs[:t], st.actions[:t], st.logprobs[:t], st.values[:t], st.rewards[:t],
                 st.ends[:t], next_obs=st.obs[t], next_value=st.values[t],
+                starts=None if st.starts is None else st.starts[:t], state=st.state,
             )  # fmt: skip
         else:
             self.rollout = st
@@ -184,6 +232,9 @@ class Sampler:
         """Reset every env (env i gets `seed + i`); the next rollout starts from there."""
         self.episodes = EpisodeTracker(self.envs.num_envs)
         self._started = True
+        if self.recurrent:
+            self._state = self._initial_state()
+            self._starts[:] = True
         if self.double_buffered:
             self.envs.async_reset(seed=seed)
             self._sent[:] = 0
@@ -200,17 +251,26 @@ class Sampler:
         if self.double_buffered:
             self._collect_double()
             return self.rollout
+        r = self.rollout
+        if r.state is not None:
+            assert self._state is not None
+            r.state[0].copy_(self._state[0])
+            r.state[1].copy_(self._state[1])
         for t in range(self.num_steps):
             actions = self._act(t, self._all, self._obs)
             with self.timer("env"):
                 result = self.envs.step(actions)
             obs = self._record(t, self._all, result)
             self._obs = obs
-        r = self.rollout
         assert self._obs is not None
         r.next_obs.copy_(self._obs)
         with self.timer("inference"):
-            r.next_value.copy_(self.policy.value(self._obs))
+            if self.recurrent:  # the state carries on: this step is not taken here
+                starts = torch.as_tensor(self._starts, device=self.device).unsqueeze(0)
+                _, value, _ = self._rnn.unroll(self._obs.unsqueeze(0), starts, self._state)
+            else:
+                value = self.policy.value(self._obs)
+            r.next_value.copy_(value)
         return r
 
     # ---- double buffering ---------------------------------------------------------------------
@@ -220,8 +280,13 @@ class Sampler:
         ahead = int(self._sent.max()) - t
         if ahead > 0:  # steps taken past the last rollout open this one
             st = self._storage
-            for buf in (st.obs, st.actions, st.logprobs, st.values, st.rewards, st.ends):
+            bufs = [st.obs, st.actions, st.logprobs, st.values, st.rewards, st.ends]
+            for buf in bufs if st.starts is None else [*bufs, st.starts]:
                 buf[:ahead] = buf[t : t + ahead]
+            if st.state is not None:  # every env took its step T, this rollout's step 0
+                assert self._next_state is not None
+                st.state[0].copy_(self._next_state[0])
+                st.state[1].copy_(self._next_state[1])
         self._sent -= np.minimum(self._sent, t)
         # An env's results for step s arrive when sent = s + 1; the rollout is complete when
         # every env has sent step t (the row holding its next observation and value).
@@ -250,7 +315,10 @@ class Sampler:
         st = self._storage
         index = _index(rows, ids)
         with self.timer("inference"):
-            action, logprob, value = self.policy.act(obs)
+            if self.recurrent:
+                action, logprob, value = self._step(rows, ids, index, obs)
+            else:
+                action, logprob, value = self.policy.act(obs)
             st.obs[index] = obs
             st.actions[index] = action
             st.logprobs[index] = logprob
@@ -260,6 +328,42 @@ class Sampler:
             out = np.clip(out, *self._clip)
         return out
 
+    def _step(
+        self, rows: Any, ids: np.ndarray, index: tuple[Any, Any], obs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A recurrent policy's step for envs `ids` at step `rows`: their states advance here, and
+        the state before step 0 (or, double-buffered, before step T: the next rollout's 0) is
+        kept for the rollout."""
+        assert self._state is not None
+        st = self._storage
+        assert st.starts is not None and st.state is not None
+        starts = torch.as_tensor(self._starts[ids], device=self.device)
+        st.starts[index] = starts
+        if isinstance(rows, int):  # sync: every env at once
+            action, logprob, value, state = self._rnn.step(obs, starts, self._state)
+            assert state is not None
+            self._state = state
+            return action, logprob, value
+        env = index[1]
+        assert self._next_state is not None
+        for row, keep in ((0, st.state), (self.num_steps, self._next_state)):
+            at = env[torch.as_tensor(rows == row)]
+            if len(at):
+                keep[0][at] = self._state[0][at]
+                keep[1][at] = self._state[1][at]
+        mine = (self._state[0][env], self._state[1][env])
+        action, logprob, value, state = self._rnn.step(obs, starts, mine)
+        assert state is not None
+        self._state[0][env] = state[0]
+        self._state[1][env] = state[1]
+        return action, logprob, value
+
+    def _initial_state(self) -> State:
+        state = self._rnn.initial_state(self.envs.num_envs, self.device)
+        if state is None:
+            raise ValueError("a recurrent policy's initial_state() gave no state")
+        return state
+
     def _record(
         self, rows: Any, ids: np.ndarray, result: tuple[Any, ...], keep: Any = None
     ) -> torch.Tensor:
@@ -268,6 +372,7 @@ class Sampler:
         obs, reward, terminated, truncated, info = result
         ends = np.logical_or(terminated, truncated)
         reward = np.asarray(reward, np.float32)
+        batch_ids = ids
         if keep is not None and not keep.all():
             if not keep.any():
                 return self._to_device(obs, update=True)
@@ -277,11 +382,14 @@ class Sampler:
         else:
             positions = None
         self.episodes.update(ids, reward, ends, info)
+        if self.recurrent:
+            self._starts[ids] = ends
         if self.reward_transform is not None:
             reward = self.reward_transform(reward, ends, ids)
         cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
         if cut.size:
-            values = self._final_values(info, cut if positions is None else positions[cut])
+            at = cut if positions is None else positions[cut]
+            values = self._final_values(info, at, batch_ids[at])
             reward = reward + self.gamma * (values if positions is None else values[positions])
         st = self._storage
         index = _index(rows, ids)
@@ -289,11 +397,18 @@ class Sampler:
         st.ends[index] = torch.from_numpy(ends).to(self.device)
         return self._to_device(obs, update=True)
 
-    def _final_values(self, info: dict[str, Any], idx: np.ndarray) -> np.ndarray:
-        """V(final observation) of the truncated envs `idx` (positions within the batch)."""
+    def _final_values(self, info: dict[str, Any], idx: np.ndarray, env: np.ndarray) -> np.ndarray:
+        """V(final observation) of the truncated envs `idx` (positions within the batch; `env`:
+        their ids), for a recurrent policy given each env's state after its last step."""
         final = np.stack([info["final_obs"][i] for i in idx])
         with self.timer("inference"):
-            values = self.policy.value(self._to_device(final, update=False))
+            final_t = self._to_device(final, update=False)
+            if self._state is not None:
+                at = torch.as_tensor(env, device=self.device)
+                state = (self._state[0][at], self._state[1][at])
+                _, values, _ = self._rnn.unroll(final_t.unsqueeze(0), None, state)
+            else:
+                values = self.policy.value(final_t)
         out = np.zeros(len(info["final_obs"]), np.float32)
         out[idx] = values.cpu().numpy()
         return out

@@ -1,0 +1,164 @@
+"""PPO, A2C and A3C with `--lstm`: the learner replays exactly what the sampler played (episode
+ends and carried states included), the recurrent learners learn CartPole, and recurrent runs
+resume and evaluate."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import onebox.envs
+from onebox import cli, run
+from onebox.algos import a2c, ppo
+from onebox.algos.onpolicy import Agent
+from onebox.nn.networks import ActorCritic
+from onebox.sampling import Rollout, Sampler, gae
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def best_window(run_dir: Path, n: int = 20) -> float:
+    with open(run_dir / "metrics.csv") as f:
+        returns = [float(r["value"]) for r in csv.DictReader(f)
+                   if r["tag"] == "charts/episodic_return"]  # fmt: skip
+    return float(np.convolve(returns, np.ones(n) / n, "valid").max())
+
+
+def train(tmp_path: Path, algo: str, *args: str) -> Path:
+    argv = ["train", algo, "--runs-dir", str(tmp_path), "--name", "run", "--env", "CartPole-v1"]
+    assert cli.main([*argv, *args]) == 0
+    return tmp_path / "run"
+
+
+def evaluates(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> bool:
+    capsys.readouterr()
+    return cli.main(["eval", str(run_dir), "--episodes", "2"]) == 0 and (
+        "2 episodes" in capsys.readouterr().out
+    )
+
+
+def recurrent_rollout(
+    double: bool, num_envs: int = 8, steps: int = 32
+) -> tuple[ActorCritic, Rollout]:
+    """A decisive recurrent net (its policy head scaled up, so log-probabilities depend on the
+    state) and its third rollout on CartPole with 30-step episodes: starts and carried states."""
+    torch.manual_seed(0)
+    envs = onebox.envs.make("CartPole-v1", num_envs, batch_size=num_envs // 2 if double else None,
+                            num_threads=2, seed=0, autoreset_mode="SameStep",
+                            max_episode_steps=30)  # fmt: skip
+    net = ActorCritic(envs.single_observation_space, envs.single_action_space, lstm=16)
+    with torch.no_grad():
+        net.actor.weight.mul_(300.0)
+    with envs:
+        sampler = Sampler(envs, net, steps, gamma=0.99, double_buffered=double)
+        sampler.reset(seed=0)
+        for _ in range(3):
+            rollout = sampler.collect()
+    assert rollout.ends.any() and rollout.state is not None and rollout.state[0].abs().sum() > 0
+    return net, rollout
+
+
+def _config(**kwargs: object) -> ppo.Config:
+    return ppo.Config(num_envs=8, num_steps=32, update_epochs=1, learning_rate=1e-3,
+                      clip_coef=0.2, ent_coef=0.01, total_steps=256, lstm=16, **kwargs)  # fmt: skip
+
+
+@pytest.mark.parametrize("double", [False, True], ids=["sync", "double"])
+def test_ppo_first_minibatch_replays_the_behaviour_log_probs(double: bool) -> None:
+    net, rollout = recurrent_rollout(double)
+    actions, logprobs = rollout.actions.flatten(0, 1), rollout.logprobs.flatten()
+    # The first minibatch (4 of the 8 envs), before any optimizer step: ratio 1 everywhere.
+    mb, dist, values = next(ppo.minibatches(_config(num_minibatches=2), net, rollout))
+    assert len(mb) == 4 * 32 and len(set(mb.remainder(8).tolist())) == 4  # whole envs
+    torch.testing.assert_close(net.log_prob(dist, actions[mb]), logprobs[mb], rtol=0, atol=1e-5)
+    torch.testing.assert_close(values, rollout.values.flatten()[mb], rtol=0, atol=1e-5)
+    # The check can fail: a replay that drops the stored state or the starts does not match.
+    assert rollout.state is not None
+    for state, starts in ((net.initial_state(8), rollout.starts), (rollout.state, None)):
+        d, _, _ = net.unroll(rollout.obs, starts, state)
+        assert (net.log_prob(d, actions) - logprobs).abs().max() > 1e-2
+    # Through the update: one minibatch of all envs, so every ratio is 1 (no KL, no clipping).
+    agent = Agent(net, torch.optim.Adam(net.parameters(), lr=1e-3), None, None)
+    stats = ppo.update(_config(num_minibatches=1), agent, rollout)
+    assert abs(stats["losses/approx_kl"]) < 1e-6 and abs(stats["losses/old_approx_kl"]) < 1e-6
+    assert stats["losses/clipfrac"] == 0.0
+
+
+def test_a2c_loss_replays_the_stored_values() -> None:
+    """A2C's one unroll of the whole rollout gives back the values the sampler stored, so its
+    value loss is that of the stored values against the n-step returns."""
+    net, rollout = recurrent_rollout(False, steps=5)
+    config = dataclasses.replace(a2c.Config(), ent_coef=0.0, vf_coef=0.5, lstm=16)
+    _, stats = a2c.loss(config, net, rollout)
+    _, returns = gae(rollout.rewards, rollout.values, rollout.ends, rollout.next_value, 0.99, 1.0)
+    expected = ((rollout.values - returns) ** 2).mean().item()
+    assert stats["losses/value_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_ppo_lstm_learns_cartpole(tmp_path: Path) -> None:
+    # Short unrolls over many envs: the LSTM's replay costs one step per rollout row.
+    run_dir = train(tmp_path, "ppo", "--lstm", "64", "--total-steps", "100000",
+                    "--num-envs", "64", "--num-steps", "8", "--num-minibatches", "4",
+                    "--learning-rate", "2.5e-3", "--seed", "1")  # fmt: skip
+    assert best_window(run_dir) >= 200
+
+
+def test_a2c_lstm_learns_cartpole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = train(tmp_path, "a2c", "--lstm", "64", "--total-steps", "100000",
+                    "--num-envs", "16", "--learning-rate", "5e-3", "--seed", "1")  # fmt: skip
+    assert best_window(run_dir) >= 150
+    assert evaluates(run_dir, capsys)
+
+
+def test_a3c_lstm_learns_cartpole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = train(tmp_path, "a3c", "--lstm", "64", "--total-steps", "150000", "--actors", "2",
+                    "--envs-per-actor", "16", "--learning-rate", "5e-3")  # fmt: skip
+    assert best_window(run_dir) >= 150
+    assert "core.weight_hh_l0" in run.load_checkpoint(run_dir)["agent"]["net"]
+    assert evaluates(run_dir, capsys)
+
+
+def test_recurrent_run_resumes_and_evaluates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = train(tmp_path, "ppo", "--lstm", "16", "--total-steps", "1024", "--num-envs", "8",
+                    "--num-steps", "32", "--sampler", "double")  # fmt: skip
+    saved = json.loads((run_dir / "config.json").read_text())["config"]
+    assert saved["lstm"] == 16
+    before = run.load_checkpoint(run_dir)["agent"]["net"]
+    assert before["core.weight_hh_l0"].shape == (64, 16)
+    cfg = run.load_config(run_dir)
+    run.save_config(run_dir, dataclasses.replace(cfg, total_steps=2048))
+    assert cli.main(["train", "--resume", str(run_dir)]) == 0
+    state = run.load_checkpoint(run_dir)
+    assert state["global_step"] == 2048
+    assert not torch.equal(state["agent"]["net"]["core.weight_hh_l0"], before["core.weight_hh_l0"])
+    assert evaluates(run_dir, capsys)
+
+
+@pytest.mark.parametrize(
+    ("algo", "args", "message"),
+    [
+        ("ppo", ["--lstm", "0"], "--lstm is the LSTM core's size"),
+        ("ppo", ["--lstm", "8", "--num-envs", "6", "--num-minibatches", "4"], "whole envs"),
+        ("a2c", ["--lstm", "-1"], "--lstm is the LSTM core's size"),
+        ("a3c", ["--lstm", "0"], "--lstm is the LSTM core's size"),
+    ],
+)
+def test_bad_lstm_config_fails_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], algo: str, args: list[str], message: str
+) -> None:
+    assert cli.main(["train", algo, "--runs-dir", str(tmp_path), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
