@@ -14,6 +14,7 @@ use them whatever the core.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -208,9 +209,11 @@ class ActorCritic(nn.Module):
             d, v = self._heads(y.flatten(0, 1))
             return d, v, (h[0], c[0])
         keep = (~starts.to(torch.bool)).to(x.dtype).unsqueeze(-1)  # (T, envs, 1)
+        # One LSTM call per stretch of steps in which no env starts an episode.
+        cuts = [0, *(torch.nonzero(starts[1:].any(1)).flatten() + 1).tolist(), t_len]
         out = []
-        for t in range(t_len):
-            y, (h, c) = self.core(x[t : t + 1], (h * keep[t], c * keep[t]))
+        for a, b in itertools.pairwise(cuts):
+            y, (h, c) = self.core(x[a:b], (h * keep[a], c * keep[a]))
             out.append(y)
         d, v = self._heads(torch.cat(out).flatten(0, 1))
         return d, v, (h[0], c[0])
