@@ -246,6 +246,11 @@ class PopulationEvaluator:
             **kwargs,
         )
 
+    def make_env(self, num_envs: int = 1) -> Any:
+        """A synchronous pool of this evaluator's env with its options (Atari: whole games with
+        the true score) and episode cap, e.g. to replay individuals outside the evaluator."""
+        return self._make(num_envs, num_envs, min(self.num_threads, num_envs))
+
     def _ensure_pools(self, num_pairs: int) -> None:
         """Make the pools: for rounds, (re)made as needed so one round holds `num_pairs` pairs
         (up to `max_envs`); for resets, one synchronous pool of one env per slot per group."""
