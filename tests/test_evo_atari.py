@@ -216,3 +216,18 @@ def test_reduced_precision_actions_agree_with_float32(dtype: str) -> None:
     mlp_low.set_slots(slice(None), p)
     x = np.random.default_rng(1).normal(size=(64, 8)).astype(np.float32)
     assert (mlp.act(x, slice(0, 64)) == mlp_low.act(x, slice(0, 64))).mean() >= 0.9
+
+
+def test_bench_evolve_atari_mode_writes_a_section(tmp_path: Path) -> None:
+    out = tmp_path / "bench.md"
+    code = main(
+        [
+            "bench", "evolve", "--env", "Pong-v5", "--population", "2", "--num-slots", "2",
+            "--hidden", "16", "--max-episode-steps", "20", "--seconds", "0.1",
+            "--output", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    text = out.read_text()
+    assert "bench:evolve:Pong-v5:cnn:cpu" in text and "of cnn 16" in text
+    assert "seeded reset" in text and "--arch cnn" in text  # the command spells out defaults

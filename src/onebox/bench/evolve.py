@@ -5,7 +5,7 @@
 - env only: the same two engine pools (same envs, batch sizes and threads) stepped with random
   actions in the same send/recv loop, with no network: the ceiling for the population number.
 - one at a time: each individual alone, one env and one network forward per step (the loop a
-  naive evaluator runs).
+  naive evaluator runs), each episode with its own seeded reset as in the population run.
 
 Atari mode (`--env Pong-v5`, or any Atari id): Nature CNN populations; the defaults shrink to a
 CPU-sized run (population 16, K 8 and 16). The envs play whole games with the true score, as in
@@ -159,7 +159,7 @@ def one_at_a_time_rate(config: EvolveBenchConfig) -> float:
             one = slice(0, 1)
             while time.perf_counter() - t0 < config.seconds:
                 net.set_slots(one, net.init_params(config.seed + i).reshape(1, -1))
-                obs, _ = env.reset()
+                obs, _ = env.reset(seed=config.seed + i)
                 while True:
                     obs, _, term, trunc, _ = env.step(net.act(obs, one))
                     frames += ev.frames_per_step

@@ -119,7 +119,7 @@ class PopulationEvaluator:
         arch: network architecture, "mlp" or "cnn" (default: "cnn" for image observations).
         hidden: hidden sizes (see `PopulationNet`).
         num_slots: K, networks run at once, in two groups of about K/2 (default: 256 for the
-            mlp, 64 for the cnn, whose parameters take 100x the memory).
+            mlp, 64 for the cnn, whose parameters take hundreds of times the memory).
         num_threads: engine worker threads (or processes) per group pool (default: physical
             cores / 2).
         max_episode_steps: episode cap in env steps (default: the env's own limit).
