@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -23,53 +24,51 @@ torch.set_num_threads(1)
 # ---- AtariEnvPool: seeded partial reset --------------------------------------------------------
 
 
-def test_partial_reset_resets_only_the_masked_envs_like_a_fresh_seeded_reset() -> None:
+def test_reset_envs_resets_only_those_envs_like_a_fresh_seeded_reset() -> None:
     with (
         onebox.envs.make("Breakout-v5", 4, num_threads=1) as envs,
         onebox.envs.make("Breakout-v5", 2, num_threads=1) as fresh,
     ):
-        obs, _ = envs.reset(seed=0)
+        envs.reset(seed=0)
         for t in range(20):
             obs, *_ = envs.step(np.full(4, t % 4))
-        mask = np.array([False, True, False, True])
-        again, info = envs.reset(seed=[0, 50, 0, 70], options={"reset_mask": mask})
-        assert np.array_equal(info["env_id"], np.arange(4))
-        assert np.array_equal(again[~mask], obs[~mask])  # untouched: their current observation
-        assert not np.array_equal(again[mask], obs[mask])
+        first, info = envs.reset_envs([3, 1], [70, 50])
+        assert np.array_equal(info["env_id"], [3, 1]) and first.shape == (2, 4, 84, 84)
         ref, _ = fresh.reset(seed=[50, 70])
-        assert np.array_equal(again[mask], ref)
+        assert np.array_equal(first, ref[::-1]) and not np.array_equal(first, obs[[3, 1]])
         rng = np.random.default_rng(0)
-        for _ in range(60):  # the reset envs go on exactly as freshly seeded ones
-            a = rng.integers(0, 4, 4)
+        for k in range(60):  # the reset envs go on exactly as freshly seeded ones; the others
+            a = rng.integers(0, 4, 4)  # go on from where they were
             obs, rew, term, trunc, _ = envs.step(a)
-            ref, ref_rew, ref_term, ref_trunc, _ = fresh.step(a[mask])
-            assert np.array_equal(obs[mask], ref) and np.array_equal(rew[mask], ref_rew)
-            assert np.array_equal(term[mask] | trunc[mask], ref_term | ref_trunc)
+            ref, ref_rew, ref_term, ref_trunc, _ = fresh.step(a[[1, 3]])
+            assert np.array_equal(obs[[1, 3]], ref) and np.array_equal(rew[[1, 3]], ref_rew)
+            assert np.array_equal(term[[1, 3]] | trunc[[1, 3]], ref_term | ref_trunc)
+            if k == 0:
+                assert not np.array_equal(obs[[0, 2]], ref)  # envs 0 and 2 were not reset
 
 
-def test_partial_reset_rejects_bad_input() -> None:
+def test_reset_envs_rejects_bad_input() -> None:
     with onebox.envs.make("Pong-v5", 2, num_threads=1) as envs:
-        mask = np.array([True, False])
         with pytest.raises(RuntimeError, match="full reset"):
-            envs.reset(options={"reset_mask": mask})
+            envs.reset_envs([0])
         envs.reset(seed=1)
-        with pytest.raises(TypeError, match="bool array"):
-            envs.reset(options={"reset_mask": [True, False]})
-        with pytest.raises(ValueError, match="shape"):
-            envs.reset(options={"reset_mask": np.ones(3, dtype=bool)})
-        with pytest.raises(ValueError, match="no env"):
-            envs.reset(options={"reset_mask": np.zeros(2, dtype=bool)})
-        with pytest.raises(ValueError, match="only the reset option 'reset_mask'"):
-            envs.reset(options={"reset_mask": mask, "noop": 3})
+        with pytest.raises(ValueError, match="out of range"):
+            envs.reset_envs([2])
+        with pytest.raises(ValueError, match="duplicates"):
+            envs.reset_envs([1, 1])
+        with pytest.raises(ValueError, match="at least one"):
+            envs.reset_envs(np.zeros(0, dtype=np.int64))
+        with pytest.raises(ValueError, match="seeds"):
+            envs.reset_envs([0, 1], [5])
         envs.send(np.zeros(2, dtype=np.int64))
         with pytest.raises(RuntimeError, match="waiting for its action"):
-            envs.reset(options={"reset_mask": mask})
+            envs.reset_envs([0])
         envs.recv()
-        obs, _ = envs.reset(seed=[4, 5], options={"reset_mask": mask})  # usable again
-        assert obs.shape == (2, 4, 84, 84)
+        first, _ = envs.reset_envs([0], 4)  # usable again
+        assert first.shape == (1, 4, 84, 84)
     envs = onebox.envs.make("Pong-v5", 4, batch_size=2, num_threads=1)
     with envs, pytest.raises(RuntimeError, match="batch_size == num_envs"):
-        envs.reset(options={"reset_mask": np.ones(4, dtype=bool)})
+        envs.reset_envs([0])
 
 
 # ---- the evaluator on Atari ----------------------------------------------------------------------
@@ -173,6 +172,7 @@ def test_process_backend_fitness_does_not_depend_on_slots_or_threads() -> None:
 # ---- reduced precision ---------------------------------------------------------------------------
 
 
+@functools.cache
 def _pong_observations(n: int) -> np.ndarray:
     with onebox.envs.make("Pong-v5", 8, num_threads=1) as envs:
         obs, _ = envs.reset(seed=0)

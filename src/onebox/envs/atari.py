@@ -21,10 +21,9 @@ resets, sticky actions, the action set and the frame cap. This pool adds, in vec
 - EnvPool's `send(actions, env_ids)` on top of ALE's `send(actions)`, which only steps the envs of
   the last `recv`, in that order.
 
-`reset(seed=..., options={"reset_mask": mask})` resets only the envs where `mask` is true, as
-Gymnasium's vector envs do (the others are left as they are and report their current observation);
-with seeds, ALE reloads the ROM for each of them (tens of ms of CPU), so a seeded env starts the
-same whatever it played before.
+`reset_envs(env_ids, seeds)` resets only the envs named, leaving the others as they are (ALE's
+partial reset). With seeds, ALE reloads the ROM for each env (tens of ms of CPU), so a seeded env
+starts exactly as a fresh one, whatever it played before.
 
 Differences from `NativeEnvPool`, all forced by ALE's engine and raised as clear errors:
 `reset()`/`step()` need `batch_size == num_envs` (ALE only sends actions to the envs of the last
@@ -313,17 +312,10 @@ class AtariEnvPool(EnvPool):
     def reset(
         self, *, seed: SeedLike = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Reset every env; `seed` is an int (env i gets seed + i), one per env, or None.
-
-        With `options={"reset_mask": mask}` (a bool array, one per env), only the masked envs are
-        reset, each with its entry of `seed`; the others are untouched and their rows of the
-        returned observations are their current ones. A partial reset needs a full reset first
-        and no steps pending (every env waiting for its action).
-        """
+        """Reset every env; `seed` is an int (env i gets seed + i), one per env, or None."""
         self._check_sync("reset")
-        mask = self._reset_mask(options)
-        if mask is not None:
-            return self._partial_reset(mask, seed)
+        if options:
+            raise ValueError(f"Atari envs take no reset options, got {sorted(options)}")
         if self._in_flight:  # steps sent but not received: collect and drop them
             self._ale_engine.recv()
             self._in_flight = 0
@@ -338,6 +330,47 @@ class AtariEnvPool(EnvPool):
             raise RuntimeError("step() with async steps pending; recv() them first (or reset())")
         self.send(actions)
         return self.recv()
+
+    def reset_envs(self, env_ids: Any, seeds: SeedLike = None) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset only envs `env_ids`; the others are left as they are.
+
+        `seeds`: an int (`env_ids[k]` gets seed + k), one per id, or None (each env goes on with
+        its random stream). Returns the reset envs' first observations and info, in the order of
+        `env_ids`. Needs a synchronous pool (`batch_size == num_envs`), a full `reset()` first and
+        no steps pending; afterwards every env waits for its action, as after `step()`.
+        """
+        self._check_sync("reset_envs")
+        if not self._seeded:
+            raise RuntimeError("reset_envs() needs a full reset() of the pool first")
+        if self._in_flight or self._stash is not None or not self._held.all():
+            raise RuntimeError(
+                "reset_envs() needs every env waiting for its action; recv() the steps in "
+                "flight (and complete a partial send()) first"
+            )
+        if env_ids is None:
+            raise ValueError("reset_envs() needs the ids of the envs to reset (reset() resets all)")
+        ids = self._env_ids(env_ids)
+        if ids.size == 0:
+            raise ValueError("reset_envs() needs at least one env id")
+        if len(np.unique(ids)) != len(ids):
+            raise ValueError("env_ids has duplicates; name each env once")
+        if seeds is None:
+            ale_seeds = [-1] * len(ids)
+        else:
+            ale_seeds = [_ale_seed(s, 0) for s in expand_seeds(seeds, len(ids))]
+        obs, info = self._ale_engine.reset(ids.astype(np.int32), ale_seeds)
+        order = info["env_id"]  # ALE's synchronous engine reports every env
+        rows = np.empty(self.num_envs, dtype=np.intp)
+        rows[order] = np.arange(len(order))
+        rows = rows[ids]
+        self._lives[ids] = info["lives"][rows]
+        self._return[ids] = 0.0
+        self._length[ids] = 0
+        self._game_reset[ids] = False
+        self._life_reset[ids] = False
+        self._take(order)
+        out = self._info(info, np.zeros(len(order), dtype=bool))
+        return obs[rows], {key: value[rows] for key, value in out.items()}
 
     # ---- EnvPool async API --------------------------------------------------------------------
 
@@ -449,52 +482,6 @@ class AtariEnvPool(EnvPool):
             thread_affinity_offset=self._affinity,
             autoreset_mode=self.autoreset_mode.value,
         )
-
-    def _reset_mask(self, options: dict[str, Any] | None) -> np.ndarray | None:
-        """The `reset_mask` of reset options (None for a full reset), checked."""
-        if not options:
-            return None
-        if not isinstance(options, dict) or set(options) != {"reset_mask"}:
-            raise ValueError(
-                f"Atari envs take only the reset option 'reset_mask', got {sorted(options)}"
-            )
-        mask = options["reset_mask"]
-        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
-            raise TypeError(
-                f"reset_mask must be a numpy bool array, got {type(mask).__name__}"
-                + (f" of dtype {mask.dtype}" if isinstance(mask, np.ndarray) else "")
-            )
-        if mask.shape != (self.num_envs,):
-            raise ValueError(f"reset_mask must have shape ({self.num_envs},), got {mask.shape}")
-        if not mask.any():
-            raise ValueError("reset_mask selects no env; set at least one entry to True")
-        return mask
-
-    def _partial_reset(self, mask: np.ndarray, seed: SeedLike) -> tuple[np.ndarray, dict[str, Any]]:
-        """Reset the envs of `mask` (seeded from their entries of `seed`); see `reset`."""
-        if not self._seeded:
-            raise RuntimeError("a reset with reset_mask needs a full reset() of the pool first")
-        if self._in_flight or self._stash is not None or not self._held.all():
-            raise RuntimeError(
-                "a reset with reset_mask needs every env waiting for its action; recv() the "
-                "steps in flight (and send() no partial batch) before it"
-            )
-        ids = np.flatnonzero(mask)
-        if seed is None:
-            seeds = [-1] * len(ids)  # each env's random stream goes on
-        else:
-            every = expand_seeds(seed, self.num_envs)
-            seeds = [_ale_seed(every[i], 0) for i in ids]
-        obs, info = self._ale_engine.reset(ids.astype(np.int32), seeds)
-        order = info["env_id"]  # ALE's sync engine reports every env, in env order
-        fresh = mask[order]
-        self._lives[ids] = info["lives"][fresh]
-        self._return[ids] = 0.0
-        self._length[ids] = 0
-        self._game_reset[ids] = False
-        self._life_reset[ids] = False
-        self._take(order)
-        return obs, self._info(info, np.zeros(self.num_envs, dtype=bool))
 
     def _check_open(self) -> None:
         if self.closed or self._ale_engine is None:

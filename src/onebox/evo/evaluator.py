@@ -25,8 +25,8 @@ The envs are driven in one of two ways, by backend:
 - Resets (Atari: ALE's engine steps only the envs of the last `recv`, all of them, so no env can
   wait unsent). Each group's pool is synchronous with one env per slot, and every step sends all
   its envs: the running ones their networks' actions, the idle ones (no pair left) a no-op whose
-  results are ignored. A pair starts in a free env with a seeded partial reset
-  (`reset(seed=..., options={"reset_mask": ...})`), for which ALE reloads the ROM (about 0.1 s of
+  results are ignored. A pair starts in a free env with a seeded reset of that env alone
+  (`AtariEnvPool.reset_envs`), for which ALE reloads the ROM (about 0.1 s of
   CPU per episode: the price of fitnesses that do not depend on K). A reset blocks its group's
   pool, so each group runs in its own thread (ALE and torch release the GIL) and one group's
   resets overlap the other's steps and inference.
@@ -456,14 +456,10 @@ class PopulationEvaluator:
             self._collect(g, obs, rew, term, trunc, info["env_id"])
 
     def _reset_envs(self, g: _Group, envs: np.ndarray, pairs: np.ndarray) -> np.ndarray:
-        """Seeded partial reset of g's `envs` for `pairs`; their first observations."""
-        mask = np.zeros(g.num_envs, dtype=bool)
-        mask[envs] = True
-        seeds = np.zeros(g.num_envs, dtype=np.uint64)
-        seeds[envs] = np.uint64(self._seed) + pairs.astype(np.uint64)
+        """Seeded reset of g's `envs` for `pairs` (the others untouched); first observations."""
         with g.timing("env"):
-            obs, _ = g.pool.reset(seed=seeds.tolist(), options={"reset_mask": mask})
-        return obs[envs]
+            obs, _ = g.pool.reset_envs(envs, [self._seed + int(j) for j in pairs])
+        return obs
 
     # ---- both ---------------------------------------------------------------------------------
 
