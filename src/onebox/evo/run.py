@@ -57,7 +57,8 @@ class EvolveConfig:
     max_episode_steps: int | None = None
     """Episode cap in env steps (default: the env's time limit)."""
     max_envs: int = 4096
-    """Most envs held at once (one per queued episode; more episodes play in rounds)."""
+    """Most envs held at once by native and process pools (one per queued episode; more episodes
+    play in rounds). Atari pools hold one env per slot."""
     device: str = "cpu"
     """torch device of the networks ("cuda" on a GPU)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
