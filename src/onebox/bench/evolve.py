@@ -52,6 +52,8 @@ class EvolveBenchConfig:
     """torch intra-op threads."""
     device: str = "cpu"
     """torch device of the networks."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Network precision (as `onebox evolve --dtype`)."""
     seconds: float = 5.0
     """Wall time of each measurement (population: at least one whole evaluation)."""
     seed: int = 0
@@ -87,6 +89,7 @@ def _evaluator(config: EvolveBenchConfig, num_slots: int, num_threads: int) -> P
         num_threads=num_threads,
         max_episode_steps=config.max_episode_steps,
         device=config.device,
+        dtype=config.dtype,
         max_envs=max(num_slots, population),
     )
 
@@ -217,7 +220,7 @@ def run(config: EvolveBenchConfig) -> int:
     title = (
         f"{config.env}: population {config.population} of {config.arch} "
         f"{'-'.join(map(str, config.hidden))}, {config.num_threads} engine thread(s) per group, "
-        f"{config.torch_threads} torch thread(s), {config.device}"
+        f"{config.torch_threads} torch thread(s), {config.device}, {config.dtype}"
     )
     from rich.table import Table
 
@@ -265,6 +268,8 @@ def run(config: EvolveBenchConfig) -> int:
             *[f"- {k}: {v}" for k, v in machine.items()],
         ]
         key = f"bench:evolve:{config.env}:{config.arch}:{config.device}"
+        if config.dtype != "float32":
+            key += f":{config.dtype}"
         path = common.write_section(config.output, key, "\n".join(lines))
         console.print(f"wrote the {config.env} section of {path}")
     return 0

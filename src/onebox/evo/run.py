@@ -63,7 +63,7 @@ class EvolveConfig:
     """torch device of the networks ("cuda" on a GPU)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Network precision; bfloat16/float16 halve weight memory and bandwidth (meant for GPUs;
-    bfloat16 also runs on the CPU, usually no faster)."""
+    on the CPU bfloat16 may be faster than float32, float16 much slower)."""
     runs_dir: Path = Path("runs")
     """Folder that holds run folders."""
     name: str | None = None
