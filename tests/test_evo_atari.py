@@ -110,6 +110,21 @@ def test_atari_fitness_does_not_depend_on_slots_or_threads_and_equals_a_replay()
     assert np.array_equal(a.returns, returns) and np.array_equal(a.lengths, lengths)
 
 
+def test_atari_error_in_a_group_thread_is_raised_and_the_evaluator_recovers() -> None:
+    with PopulationEvaluator(
+        "Pong-v5", num_slots=2, num_threads=1, hidden=(16,), max_episode_steps=5
+    ) as ev:
+        params = torch.stack([ev.net.init_params(i) for i in range(4)])
+
+        def bad(idx: np.ndarray) -> torch.Tensor:  # a parameter source giving wrong rows
+            return params[torch.from_numpy(idx)][:, :-1]
+
+        with pytest.raises(ValueError, match="parameters must have shape"):
+            ev.evaluate(bad, np.ones(4, dtype=np.int64), seed=0)
+        r = ev.evaluate(params, 1, seed=0)  # fresh pools
+        assert (r.lengths == 5).all() and r.frames == 4 * 5 * 4
+
+
 def test_atari_evaluator_rejects_a_clipped_or_per_life_fitness() -> None:
     for name in ("episodic_life", "reward_clip"):
         with pytest.raises(ValueError, match=f"true whole-game score.*{name}"):
