@@ -5,7 +5,12 @@
 - env only: the same two engine pools (same envs, batch sizes and threads) stepped with random
   actions in the same send/recv loop, with no network: the ceiling for the population number.
 - one at a time: each individual alone, one env and one network forward per step (the loop a
-  naive evaluator runs).
+  naive evaluator runs), each episode with its own seeded reset as in the population run.
+
+Atari mode (`--env Pong-v5`, or any Atari id): Nature CNN populations; the defaults shrink to a
+CPU-sized run (population 16, K 8 and 16). The envs play whole games with the true score, as in
+evolution, and the section also gives the wall time of one seeded reset (ALE reloads the ROM for
+each episode so that fitnesses do not depend on K).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from typing import Literal
 import numpy as np
 import torch
 
+import onebox.envs
 from onebox.bench import common
 from onebox.evo.evaluator import PopulationEvaluator
+from onebox.nn.population import default_arch
 
 
 @dataclasses.dataclass
@@ -28,21 +35,25 @@ class EvolveBenchConfig:
     """Measure population-evaluation frames/s against env-only and one-at-a-time evaluation."""
 
     env: str = "CartPole-v1"
-    """Env id."""
-    population: int = 1000
-    """Networks per evaluation."""
-    arch: Literal["mlp", "cnn"] = "mlp"
-    """Network architecture."""
-    hidden: tuple[int, ...] = (64, 64)
-    """Hidden sizes."""
-    num_slots: tuple[int, ...] = (256, 1024)
-    """K values to measure (networks evaluated at once)."""
+    """Env id (an Atari id, e.g. Pong-v5, measures Nature CNN populations)."""
+    population: int | None = None
+    """Networks per evaluation (default: 1000; 16 with the cnn)."""
+    arch: Literal["mlp", "cnn"] | None = None
+    """Network architecture (default: the cnn for image observations, else the mlp)."""
+    hidden: tuple[int, ...] = ()
+    """Hidden sizes (default: 64 64 for the mlp, 512 for the cnn)."""
+    num_slots: tuple[int, ...] = ()
+    """K values to measure, networks evaluated at once (default: 256 1024; 8 16 with the cnn)."""
+    max_episode_steps: int | None = None
+    """Episode cap in env steps (default: the env's own limit)."""
     num_threads: int = 1
     """Engine worker threads per slot group (two groups)."""
     torch_threads: int = 1
     """torch intra-op threads."""
     device: str = "cpu"
     """torch device of the networks."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Network precision (as `onebox evolve --dtype`)."""
     seconds: float = 5.0
     """Wall time of each measurement (population: at least one whole evaluation)."""
     seed: int = 0
@@ -51,31 +62,55 @@ class EvolveBenchConfig:
     """Write the results into this markdown file (e.g. docs/benchmarks.md)."""
 
 
-def population_rate(config: EvolveBenchConfig, num_slots: int) -> tuple[float, float, float, int]:
-    """(population frames/s, env-only frames/s with the same pools, inference time fraction,
-    parameters per network)."""
-    with PopulationEvaluator(
+def resolve(config: EvolveBenchConfig) -> EvolveBenchConfig:
+    """`config` with the defaults that depend on the env (architecture, sizes) filled in."""
+    probe = onebox.envs.make(config.env, num_envs=1, num_threads=1)
+    try:
+        arch = config.arch or default_arch(probe.single_observation_space)
+    finally:
+        probe.close()
+    cnn = arch == "cnn"
+    return dataclasses.replace(
+        config,
+        arch=arch,
+        population=config.population or (16 if cnn else 1000),
+        hidden=tuple(config.hidden) or ((512,) if cnn else (64, 64)),
+        num_slots=tuple(config.num_slots) or ((8, 16) if cnn else (256, 1024)),
+    )
+
+
+def _evaluator(config: EvolveBenchConfig, num_slots: int, num_threads: int) -> PopulationEvaluator:
+    population = config.population or 0
+    return PopulationEvaluator(
         config.env,
         arch=config.arch,
         hidden=config.hidden,
         num_slots=num_slots,
-        num_threads=config.num_threads,
+        num_threads=num_threads,
+        max_episode_steps=config.max_episode_steps,
         device=config.device,
-        max_envs=max(num_slots, config.population),
-    ) as ev:
+        dtype=config.dtype,
+        max_envs=max(num_slots, population),
+    )
+
+
+def population_rate(config: EvolveBenchConfig, num_slots: int) -> tuple[float, float, float, int]:
+    """(population frames/s, env-only frames/s with the same pools, inference time fraction,
+    parameters per network)."""
+    with _evaluator(config, num_slots, config.num_threads) as ev:
         base = config.seed
         gen = np.random.default_rng(config.seed)
 
         def params(idx: np.ndarray) -> torch.Tensor:
             return torch.stack([ev.net.init_params(base + int(i)) for i in idx])
 
-        episodes = np.ones(config.population, dtype=np.int64)
+        episodes = np.ones(config.population or 0, dtype=np.int64)
         ev.evaluate(params, episodes[:num_slots], seed=1)  # warm-up, builds the pools
         ev.timing.reset()
         frames, t0 = 0, time.perf_counter()
         while True:
             frames += ev.evaluate(params, episodes, seed=int(gen.integers(2**62))).frames
-            base += config.population
+            base += len(episodes)
             elapsed = time.perf_counter() - t0
             if elapsed >= config.seconds:
                 break
@@ -117,34 +152,40 @@ def _env_only(ev: PopulationEvaluator, seconds: float) -> float:
 
 
 def one_at_a_time_rate(config: EvolveBenchConfig) -> float:
-    """Frames/s evaluating individuals one after the other, one env, one network per step."""
-    import onebox.envs
-    from onebox.nn.population import PopulationNet
+    """Frames/s evaluating individuals one after the other, one env, one network per step (the
+    evaluator's env options and network, slot 0)."""
+    with _evaluator(config, 2, 1) as ev:
+        env = ev.make_env(1)
+        try:
+            net = ev.net
+            frames, i, t0 = 0, 0, time.perf_counter()
+            one = slice(0, 1)
+            while time.perf_counter() - t0 < config.seconds:
+                net.set_slots(one, net.init_params(config.seed + i).reshape(1, -1))
+                obs, _ = env.reset(seed=config.seed + i)
+                while True:
+                    obs, _, term, trunc, _ = env.step(net.act(obs, one))
+                    frames += ev.frames_per_step
+                    if term[0] or trunc[0]:
+                        break
+                i += 1
+            return frames / (time.perf_counter() - t0)
+        finally:
+            env.close()
 
-    env = onebox.envs.make(config.env, num_envs=1, num_threads=1, seed=config.seed)
-    try:
-        net = PopulationNet(
-            config.arch,
-            env.single_observation_space,
-            env.single_action_space,
-            1,
-            hidden=config.hidden,
-            device=config.device,
-        )
-        frames, i, t0 = 0, 0, time.perf_counter()
-        one = slice(0, 1)
-        while time.perf_counter() - t0 < config.seconds:
-            net.set_slots(one, net.init_params(config.seed + i).reshape(1, -1))
-            obs, _ = env.reset()
-            while True:
-                obs, _, term, trunc, _ = env.step(net.act(obs, one))
-                frames += 1
-                if term[0] or trunc[0]:
-                    break
-            i += 1
-        return frames / (time.perf_counter() - t0)
-    finally:
-        env.close()
+
+def seeded_reset_seconds(config: EvolveBenchConfig, repeats: int = 5) -> float:
+    """Wall seconds of a seeded reset of one env of two (what starts each Atari episode)."""
+    with _evaluator(config, 2, 1) as ev:
+        env = ev.make_env(2)
+        try:
+            env.reset(seed=config.seed)
+            t0 = time.perf_counter()
+            for k in range(repeats):
+                env.reset_envs([0], config.seed + k)
+            return (time.perf_counter() - t0) / repeats
+        finally:
+            env.close()
 
 
 def run(config: EvolveBenchConfig) -> int:
@@ -152,6 +193,7 @@ def run(config: EvolveBenchConfig) -> int:
     torch.set_num_threads(config.torch_threads)
     console = common.console()
     load = os.getloadavg()[0]
+    config = resolve(config)
     single = one_at_a_time_rate(config)
     header = [
         "K slots",
@@ -162,9 +204,9 @@ def run(config: EvolveBenchConfig) -> int:
         "inference share",
     ]
     rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-"]]
-    macs = 0
+    params = 0
     for k in config.num_slots:
-        pop, env_only, infer, macs = population_rate(config, k)
+        pop, env_only, infer, params = population_rate(config, k)
         rows.append(
             [
                 str(k),
@@ -178,7 +220,7 @@ def run(config: EvolveBenchConfig) -> int:
     title = (
         f"{config.env}: population {config.population} of {config.arch} "
         f"{'-'.join(map(str, config.hidden))}, {config.num_threads} engine thread(s) per group, "
-        f"{config.torch_threads} torch thread(s), {config.device}"
+        f"{config.torch_threads} torch thread(s), {config.device}, {config.dtype}"
     )
     from rich.table import Table
 
@@ -188,6 +230,16 @@ def run(config: EvolveBenchConfig) -> int:
     for r in rows:
         table.add_row(*r)
     console.print(table)
+    notes = []
+    if onebox.envs.backend_of(config.env) == "atari":
+        reset = seeded_reset_seconds(config)
+        notes = [
+            f"Each episode starts with a seeded reset, for which ALE reloads the ROM: "
+            f"{1000 * reset:.0f} ms of wall time for one env here (env only resets without a "
+            "seed). Games are whole (no episodic life), as in evolution.",
+            "",
+        ]
+        console.print(notes[0])
     if config.output is not None:
         machine = common.machine_info(("numpy", "torch"))
         command = common.command_line("onebox bench evolve", config)
@@ -197,11 +249,12 @@ def run(config: EvolveBenchConfig) -> int:
             title + ".",
             "",
             "Population: every env step runs its own individual's network "
-            f"({macs:,} parameters, so about as many multiply-adds per step); env only: the same "
+            f"({params:,} parameters); env only: the same "
             "pools stepped with random actions, no network; one at a time: one env and one "
             "network, individual after individual. Inference share: the population run's time "
             "in the networks (including parameter copies into slots).",
             "",
+            *notes,
             f"1-minute load average when the run began: {load:.1f} (the machine is shared).",
             "",
             common.markdown_table(header, rows, [False, True, True, True, True, True]),
@@ -215,6 +268,8 @@ def run(config: EvolveBenchConfig) -> int:
             *[f"- {k}: {v}" for k, v in machine.items()],
         ]
         key = f"bench:evolve:{config.env}:{config.arch}:{config.device}"
+        if config.dtype != "float32":
+            key += f":{config.dtype}"
         path = common.write_section(config.output, key, "\n".join(lines))
         console.print(f"wrote the {config.env} section of {path}")
     return 0

@@ -21,6 +21,10 @@ resets, sticky actions, the action set and the frame cap. This pool adds, in vec
 - EnvPool's `send(actions, env_ids)` on top of ALE's `send(actions)`, which only steps the envs of
   the last `recv`, in that order.
 
+`reset_envs(env_ids, seeds)` resets only the envs named, leaving the others as they are (ALE's
+partial reset). With seeds, ALE reloads the ROM for each env (tens of ms of CPU), so a seeded env
+starts exactly as a fresh one, whatever it played before.
+
 Differences from `NativeEnvPool`, all forced by ALE's engine and raised as clear errors:
 `reset()`/`step()` need `batch_size == num_envs` (ALE only sends actions to the envs of the last
 `recv`, so a sync step of every env is impossible in an async pool); every env of a `recv` must be
@@ -326,6 +330,47 @@ class AtariEnvPool(EnvPool):
             raise RuntimeError("step() with async steps pending; recv() them first (or reset())")
         self.send(actions)
         return self.recv()
+
+    def reset_envs(self, env_ids: Any, seeds: SeedLike = None) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset only envs `env_ids`; the others are left as they are.
+
+        `seeds`: an int (`env_ids[k]` gets seed + k), one per id, or None (each env goes on with
+        its random stream). Returns the reset envs' first observations and info, in the order of
+        `env_ids`. Needs a synchronous pool (`batch_size == num_envs`), a full `reset()` first and
+        no steps pending; afterwards every env waits for its action, as after `step()`.
+        """
+        self._check_sync("reset_envs")
+        if not self._seeded:
+            raise RuntimeError("reset_envs() needs a full reset() of the pool first")
+        if self._in_flight or self._stash is not None or not self._held.all():
+            raise RuntimeError(
+                "reset_envs() needs every env waiting for its action; recv() the steps in "
+                "flight (and complete a partial send()) first"
+            )
+        if env_ids is None:
+            raise ValueError("reset_envs() needs the ids of the envs to reset (reset() resets all)")
+        ids = self._env_ids(env_ids)
+        if ids.size == 0:
+            raise ValueError("reset_envs() needs at least one env id")
+        if len(np.unique(ids)) != len(ids):
+            raise ValueError("env_ids has duplicates; name each env once")
+        if seeds is None:
+            ale_seeds = [-1] * len(ids)
+        else:
+            ale_seeds = [_ale_seed(s, 0) for s in expand_seeds(seeds, len(ids))]
+        obs, info = self._ale_engine.reset(ids.astype(np.int32), ale_seeds)
+        order = info["env_id"]  # ALE's synchronous engine reports every env
+        rows = np.empty(self.num_envs, dtype=np.intp)
+        rows[order] = np.arange(len(order))
+        rows = rows[ids]
+        self._lives[ids] = info["lives"][rows]
+        self._return[ids] = 0.0
+        self._length[ids] = 0
+        self._game_reset[ids] = False
+        self._life_reset[ids] = False
+        self._take(order)
+        out = self._info(info, np.zeros(len(order), dtype=bool))
+        return obs[rows], {key: value[rows] for key, value in out.items()}
 
     # ---- EnvPool async API --------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from onebox.evo.es import ES, ESParams
 from onebox.evo.evaluator import PopulationEvaluator
 from onebox.evo.ga import GA, GAParams
 from onebox.evo.rs import ARS, RandomSearch, RSParams
-from onebox.nn.population import PopulationNet
+from onebox.nn.population import PopulationNet, default_arch
 
 
 @dataclass
@@ -42,12 +42,14 @@ class EvolveConfig:
     """Stop after the generation that reaches this many env frames (0: no budget)."""
     seed: int = 0
     """Seed of the algorithm's random stream (genomes, noise, env seeds)."""
-    arch: Literal["mlp", "cnn"] = "mlp"
-    """Network: a tanh MLP, or the Nature CNN for (C, H, W) image observations."""
+    arch: Literal["mlp", "cnn"] | None = None
+    """Network: a tanh MLP, or the Nature CNN (default: the CNN for (C, H, W) images, such as
+    Atari's, else the MLP)."""
     hidden: tuple[int, ...] = ()
     """Hidden sizes (default: (64, 64) for the mlp, (512,) for the cnn's fc layer)."""
-    num_slots: int = 256
-    """Networks evaluated at once (K), in two pipelined groups."""
+    num_slots: int | None = None
+    """Networks evaluated at once (K), in two pipelined groups (default: 256 for the mlp, 64 for
+    the cnn)."""
     num_threads: int | None = None
     """Engine worker threads per slot group (default: physical cores / 2)."""
     torch_threads: int = 1
@@ -55,11 +57,13 @@ class EvolveConfig:
     max_episode_steps: int | None = None
     """Episode cap in env steps (default: the env's time limit)."""
     max_envs: int = 4096
-    """Most envs held at once (one per queued episode; more episodes play in rounds)."""
+    """Most envs held at once by native and process pools (one per queued episode; more episodes
+    play in rounds). Atari pools hold one env per slot."""
     device: str = "cpu"
     """torch device of the networks ("cuda" on a GPU)."""
-    precision: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Network dtype; reduced precision needs CUDA."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Network precision; bfloat16/float16 halve weight memory and bandwidth (meant for GPUs;
+    on the CPU bfloat16 may be faster than float32, float16 much slower)."""
     runs_dir: Path = Path("runs")
     """Folder that holds run folders."""
     name: str | None = None
@@ -114,14 +118,14 @@ def make_evaluator(config: AnyConfig) -> PopulationEvaluator:
         max_episode_steps=config.max_episode_steps,
         max_envs=config.max_envs,
         device=config.device,
-        precision=config.precision,
+        dtype=config.dtype,
     )
 
 
 def make_algorithm(config: AnyConfig, evaluator: PopulationEvaluator) -> Algorithm:
     """The algorithm a config describes, over the evaluator's networks."""
     dim, init = evaluator.num_params, evaluator.net.init_params
-    obs_shape = evaluator.net.obs_shape if config.arch == "mlp" else None
+    obs_shape = evaluator.net.obs_shape if evaluator.net.arch == "mlp" else None
     if isinstance(config, GAConfig):
         return GA(dim, init, config, config.seed)
     if isinstance(config, ESConfig):
@@ -271,7 +275,8 @@ def load_policy(run_dir: Path, config: Any) -> Callable[[np.ndarray], np.ndarray
         obs_space, act_space = probe.single_observation_space, probe.single_action_space
     finally:
         probe.close()
-    net = PopulationNet(config.arch, obs_space, act_space, 1, hidden=tuple(config.hidden) or None)
+    arch = config.arch or default_arch(obs_space)
+    net = PopulationNet(arch, obs_space, act_space, 1, hidden=tuple(config.hidden) or None)
     net.set_slots(slice(0, 1), state["best"].reshape(1, -1))
     if state["obs_norm"] is not None:
         net.set_obs_norm(*state["obs_norm"])

@@ -10,6 +10,12 @@ Architectures: `"mlp"` (tanh hidden layers) for vector observations and `"cnn"` 
 stack, conv 32x8x8/4, 64x4x4/2, 64x3x3/1, fc 512, ReLU, inputs scaled by 1/255) for uint8 images
 shaped (C, H, W). Discrete actions are the argmax of the outputs; continuous actions squash the
 outputs with tanh into the action bounds.
+
+`dtype` sets the parameters' and the computation's precision: "bfloat16" or "float16" halve the
+memory the stacked parameters take and the bandwidth the forward pass needs, which bounds the
+dense layers (each network reads all its weights for one observation). Meant for GPUs; both run
+on the CPU where torch has the kernels (checked at construction), bfloat16 often faster than
+float32 there and float16 often much slower (`onebox bench evolve --dtype` measures it).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 
 Arch = Literal["mlp", "cnn"]
-Precision = Literal["float32", "bfloat16", "float16"]
+DType = Literal["float32", "bfloat16", "float16"]
 Slots = slice | torch.Tensor
 
 NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
@@ -69,13 +75,13 @@ def _layers(arch: Arch, obs_shape: tuple[int, ...], hidden: tuple[int, ...], out
     raise ValueError(f"arch must be 'mlp' or 'cnn', got {arch!r}")
 
 
-def _dtype(precision: Precision, device: torch.device) -> torch.dtype:
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if precision not in table:
-        raise ValueError(f"precision must be one of {', '.join(table)}, got {precision!r}")
-    if precision != "float32" and device.type != "cuda":
-        raise ValueError(f"precision={precision!r} needs a CUDA device; use float32 on the CPU")
-    return table[precision]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""`dtype` names -> torch dtypes."""
+
+
+def default_arch(observation_space: spaces.Space) -> Arch:
+    """The architecture for an observation space: "cnn" for (C, H, W) images, else "mlp"."""
+    return "cnn" if len(getattr(observation_space, "shape", None) or ()) == 3 else "mlp"
 
 
 class PopulationNet:
@@ -88,7 +94,8 @@ class PopulationNet:
         num_slots: individuals held at once.
         hidden: mlp hidden sizes (default (64, 64)); for the cnn, `(fc,)` (default (512,)).
         device: torch device.
-        precision: parameter and compute dtype; "bfloat16"/"float16" only on CUDA.
+        dtype: parameter and compute precision, "float32", "bfloat16" or "float16" (a dtype
+            torch cannot run these layers in on `device` raises `ValueError`).
     """
 
     def __init__(
@@ -100,7 +107,7 @@ class PopulationNet:
         *,
         hidden: tuple[int, ...] | None = None,
         device: str | torch.device = "cpu",
-        precision: Precision = "float32",
+        dtype: DType = "float32",
     ) -> None:
         if not isinstance(observation_space, spaces.Box):
             raise TypeError(f"observations must be a Box space, got {observation_space}")
@@ -122,7 +129,9 @@ class PopulationNet:
         self.obs_shape = tuple(observation_space.shape)
         self.num_slots = num_slots
         self.device = torch.device(device)
-        self.dtype = _dtype(precision, self.device)
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        self.dtype = DTYPES[dtype]
         self.layers: list[Layer] = _layers(arch, self.obs_shape, tuple(hidden), out)
         self.num_params = sum(math.prod(lay.weight) + math.prod(lay.bias) for lay in self.layers)
         self.weights = [
@@ -143,6 +152,14 @@ class PopulationNet:
             high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)
             self._act_mid = ((high + low) / 2).to(self.device)
             self._act_half = ((high - low) / 2).to(self.device)
+        if self.dtype != torch.float32:
+            try:  # one forward on zeros: does torch have every kernel in this dtype here?
+                self.forward(torch.zeros((1, *self.obs_shape)), slice(0, 1))
+            except (RuntimeError, NotImplementedError) as e:
+                raise ValueError(
+                    f"dtype={dtype!r} does not run on {self.device} with this torch ({e}); "
+                    "use float32 (or bfloat16)"
+                ) from e
 
     # ---- parameters ---------------------------------------------------------------------------
 
