@@ -108,7 +108,9 @@ Engine::Engine(const EnvSpec& spec, const EngineOptions& opt) : spec_(spec), opt
   inflight_.assign(n, 0);
   mark_.assign(n, 0);
   all_ids_.resize(n);
-  pending_.resize(n);
+  queues_.resize(opt.num_threads + 1);
+  for (Queue& q : queues_) q.ids.resize(n);
+  asleep_.assign(opt.num_threads, 0);
   done_.resize(n);
   for (int i = 0; i < n; ++i) {
     all_ids_[i] = i;
@@ -311,29 +313,38 @@ void Engine::Recv() {
 
 void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps, bool episodes) {
   // num_threads threads step envs at once: the workers, or the caller and one worker fewer.
-  const int helpers = static_cast<int>(workers_.size()) - (caller_helps ? 1 : 0);
-  const double est = n * cost_ns_.load(std::memory_order_relaxed);
-  if (helpers <= 0 || (!episodes && est < (caller_helps ? kInlineNs : kAsyncInlineNs))) {
+  const int threads = static_cast<int>(workers_.size());
+  const int helpers = threads - (caller_helps ? 1 : 0);
+  const double cost = cost_ns_.load(std::memory_order_relaxed);
+  if (helpers <= 0 || (!episodes && n * cost < (caller_helps ? kInlineNs : kAsyncInlineNs))) {
     Execute(ids, n);
     return;
   }
-  const int slots = helpers + 1;  // the caller helps too: now (sync) or while it waits in recv
-  const int chunks =
-      episodes ? n : std::min(n, std::max(slots, std::min(4 * slots, static_cast<int>(est / kChunkNs))));
-  bool wake;
+  // Home slots: sync calls split the envs over slots 0..threads-1 (the caller first), sends over
+  // the workers' slots 1..threads, in contiguous blocks of env ids.
+  const int first = caller_helps ? 0 : 1;
+  const int64_t envs = opt_.num_envs;
+  // Chunks of about kChunkNs of work (one env when an env costs more), so that the threads finish
+  // together; at most one home block's share.
+  const int share = (n + threads - 1) / threads;
+  const int chunk = episodes ? 1 : std::clamp(static_cast<int>(kChunkNs / cost), 1, share);
+  std::vector<uint8_t> wake(threads, 0);
+  bool any = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    chunk_size_ = (n + chunks - 1) / chunks;
-    const size_t cap = pending_.size();
+    chunk_size_ = chunk;
     for (int k = 0; k < n; ++k) {
-      pending_[pending_head_] = ids[k];
-      pending_head_ = Next(pending_head_, cap);
+      Queue& q = queues_[first + static_cast<int>(static_cast<int64_t>(ids[k]) * threads / envs)];
+      const size_t cap = q.ids.size();
+      size_t at = q.head + q.count;
+      q.ids[at >= cap ? at - cap : at] = ids[k];
+      ++q.count;
     }
-    active_limit_.store(helpers, std::memory_order_relaxed);
+    workers_in_call_.store(helpers, std::memory_order_relaxed);
     pending_count_.fetch_add(n, std::memory_order_release);
-    wake = sleeping_workers_ > 0;
+    for (int k = 0; k < helpers; ++k) any |= asleep_[k] != 0;
   }
-  if (wake) work_cv_.notify_all();
+  if (any) work_cv_.notify_all();
   if (caller_helps)
     while (HelpOnce()) {
     }
@@ -344,19 +355,26 @@ bool Engine::HelpOnce() {
   int k;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    k = PopChunkLocked(local);
+    k = PopChunkLocked(0, local);
   }
   if (k) Execute(local, k);
   return k > 0;
 }
 
-int Engine::PopChunkLocked(int32_t* out) {
-  const int n = std::min(chunk_size_, pending_count_.load(std::memory_order_relaxed));
-  const size_t cap = pending_.size();
-  for (int j = 0; j < n; ++j) {
-    out[j] = pending_[pending_tail_];
-    pending_tail_ = Next(pending_tail_, cap);
-  }
+int Engine::PopChunkLocked(int slot, int32_t* out) {
+  if (pending_count_.load(std::memory_order_relaxed) == 0) return 0;
+  Queue* q = &queues_[slot];
+  bool own = q->count > 0;
+  if (!own)  // steal from the fullest queue
+    for (Queue& other : queues_)
+      if (other.count > q->count) q = &other;
+  const int n = static_cast<int>(std::min<size_t>(chunk_size_, q->count));
+  const size_t cap = q->ids.size();
+  // The owner takes from the front; a thief from the back (what the owner would step last).
+  size_t at = own ? q->head : q->head + q->count - n;
+  for (int j = 0; j < n; ++j, ++at) out[j] = q->ids[at % cap];
+  if (own) q->head = (q->head + n) % cap;
+  q->count -= n;
   pending_count_.fetch_sub(n, std::memory_order_relaxed);
   return n;
 }
@@ -421,10 +439,10 @@ void Engine::WorkerLoop(int k) {
     pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
   }
   int32_t* local = scratch_[k].data();
-  // Work for this worker: pending envs, and fewer workers busy than the current call allows.
+  // Work for this worker: pending envs, in a call this worker takes part in.
   auto has_work = [&] {
     return pending_count_.load(std::memory_order_acquire) > 0 &&
-           active_.load(std::memory_order_relaxed) < active_limit_.load(std::memory_order_relaxed);
+           k < workers_in_call_.load(std::memory_order_relaxed);
   };
   while (true) {
     Spin([&] { return has_work() || stop_.load(std::memory_order_relaxed); });
@@ -432,16 +450,14 @@ void Engine::WorkerLoop(int k) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!stop_ && !has_work()) {
-        ++sleeping_workers_;
+        asleep_[k] = 1;
         work_cv_.wait(lock, [&] { return stop_ || has_work(); });
-        --sleeping_workers_;
+        asleep_[k] = 0;
       }
       if (stop_) return;
-      n = PopChunkLocked(local);
-      active_.fetch_add(1, std::memory_order_relaxed);
+      n = PopChunkLocked(k + 1, local);
     }
     if (n) Execute(local, n);
-    active_.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 

@@ -3,9 +3,11 @@
 // returning the first batch_size envs to finish).
 //
 // All results are written into per-env rows of preallocated buffers; Recv gathers the finished rows
-// into preallocated batch buffers. Work is split into chunks of contiguous env ids whose size follows a
-// running estimate of the per-env step cost: cheap envs are stepped inline on the calling thread (a
-// thread hand-off would cost more than the work), expensive ones are spread over the workers.
+// into preallocated batch buffers. Cheap work is stepped inline on the calling thread (a thread
+// hand-off would cost more than the work); expensive work is spread over the threads. Each env has a
+// home thread, so that it is stepped by the same thread call after call and its data stays in that
+// core's cache; a thread with nothing left of its own takes chunks from the others' (work stealing),
+// in chunks sized from a running estimate of the per-env step cost.
 #pragma once
 
 #include <algorithm>
@@ -136,8 +138,10 @@ class Engine {
   // `episodes`: each env is a whole rollout, one env per chunk, always spread over the threads.
   void Dispatch(const int32_t* ids, int n, bool caller_helps, bool episodes = false);
   void Execute(const int32_t* ids, int n);
-  int PopChunkLocked(int32_t* out);
-  bool HelpOnce();  // the calling thread steps one pending chunk; false if none was pending  // with mu_ held; returns the chunk's size
+  // With mu_ held: pop a chunk for `slot` (0: the caller, k: worker k-1) into out, from its own
+  // queue, else from the back of the fullest other queue; returns the chunk's size (0: none left).
+  int PopChunkLocked(int slot, int32_t* out);
+  bool HelpOnce();  // the calling thread steps one pending chunk; false if none was pending
   void WaitDone(int count);  // wait for `count` completions, then empty the done ring
   std::unique_lock<std::mutex> WaitDoneLocked(int count);
   void WorkerLoop(int k);
@@ -150,16 +154,20 @@ class Engine {
   bool closed_ = false;
   std::mutex api_mu_;                  // one API call at a time
 
-  // Work queue: a ring of pending env ids (each env is pending at most once).
+  // Pending env ids: one FIFO queue per slot (slot 0: the calling thread, slot k: worker k-1), each
+  // env in its home slot's queue. Sync calls use slots 0..num_threads-1 (the caller and all workers
+  // but the last), async sends slots 1..num_threads (the workers; the caller helps in recv).
+  struct Queue {
+    std::vector<int32_t> ids;  // a ring of num_envs entries
+    size_t head = 0, count = 0;
+  };
   std::mutex mu_;
   std::condition_variable work_cv_;
-  std::vector<int32_t> pending_;
-  size_t pending_head_ = 0, pending_tail_ = 0;
-  std::atomic<int> pending_count_{0};
+  std::vector<Queue> queues_;
+  std::atomic<int> pending_count_{0};  // in all queues
   int chunk_size_ = 1;
-  int sleeping_workers_ = 0;
-  std::atomic<int> active_{0};        // workers stepping a chunk
-  std::atomic<int> active_limit_{0};  // how many may (the caller counts as one in sync calls)
+  std::vector<uint8_t> asleep_;        // per worker, under mu_
+  std::atomic<int> workers_in_call_{0};  // workers 0..this-1 take part in the current call
   std::atomic<bool> stop_{false};  // set under mu_; read lock-free while spinning
 
   // Completed env ids, in completion order.
