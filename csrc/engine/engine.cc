@@ -17,7 +17,7 @@ constexpr double kAsyncInlineNs = 2e3;
 // Target work per chunk when the work is spread over the workers.
 constexpr double kChunkNs = 100e3;
 // How long an idle thread polls for new work or results before it sleeps.
-constexpr auto kSpin = std::chrono::microseconds(30);
+constexpr auto kSpin = std::chrono::microseconds(200);
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
