@@ -328,8 +328,7 @@ void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps, bool episode
   // together; at most one home block's share.
   const int share = (n + threads - 1) / threads;
   const int chunk = episodes ? 1 : std::clamp(static_cast<int>(kChunkNs / cost), 1, share);
-  std::vector<uint8_t> wake(threads, 0);
-  bool any = false;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     chunk_size_ = chunk;
@@ -342,9 +341,9 @@ void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps, bool episode
     }
     workers_in_call_.store(helpers, std::memory_order_relaxed);
     pending_count_.fetch_add(n, std::memory_order_release);
-    for (int k = 0; k < helpers; ++k) any |= asleep_[k] != 0;
+    for (int k = 0; k < helpers; ++k) wake |= asleep_[k] != 0;
   }
-  if (any) work_cv_.notify_all();
+  if (wake) work_cv_.notify_all();
   if (caller_helps)
     while (HelpOnce()) {
     }

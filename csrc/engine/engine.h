@@ -186,6 +186,17 @@ class Engine {
 };
 
 namespace detail {
+// sum_j w[j] * x[j] in float64 over float32 weights, in four interleaved partial sums: independent
+// chains of additions (four times the throughput of one), which the compiler also vectorizes.
+inline double Dot(const float* w, const double* x, size_t n) {
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  size_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (size_t l = 0; l < 4; ++l) s[l] += static_cast<double>(w[j + l]) * x[j + l];
+  for (; j < n; ++j) s[j % 4] += static_cast<double>(w[j]) * x[j];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 template <class E, class = void>
 struct HasState : std::false_type {};
 template <class E>
@@ -303,26 +314,20 @@ class EngineT final : public Engine {
   bool Policy(const float* w, const Obs* o, double* x, double* h, double* out, Act* act) const {
     const RolloutPolicy& p = rollout_;
     const size_t no = obs_size_, nh = static_cast<size_t>(p.hidden), na = policy_out_;
-    for (size_t j = 0; j < no; ++j) {
-      x[j] = static_cast<double>(o[j]);
-      if (p.obs_mean) x[j] = (x[j] - p.obs_mean[j]) / p.obs_std[j];
-    }
+    for (size_t j = 0; j < no; ++j) x[j] = static_cast<double>(o[j]);
+    if (p.obs_mean)
+      for (size_t j = 0; j < no; ++j) x[j] = (x[j] - p.obs_mean[j]) / p.obs_std[j];
     const double* in = x;
     size_t nin = no;
     if (nh) {
-      for (size_t k = 0; k < nh; ++k) {
-        double s = 0.0;
-        for (size_t j = 0; j < no; ++j) s += static_cast<double>(w[k * no + j]) * x[j];
-        h[k] = std::tanh(s + static_cast<double>(w[nh * no + k]));
-      }
+      for (size_t k = 0; k < nh; ++k)
+        h[k] = std::tanh(detail::Dot(w + k * no, x, no) + static_cast<double>(w[nh * no + k]));
       w += nh * no + nh;
       in = h;
       nin = nh;
     }
     for (size_t a = 0; a < na; ++a) {
-      double s = 0.0;
-      for (size_t j = 0; j < nin; ++j) s += static_cast<double>(w[a * nin + j]) * in[j];
-      out[a] = s + static_cast<double>(w[na * nin + a]);
+      out[a] = detail::Dot(w + a * nin, in, nin) + static_cast<double>(w[na * nin + a]);
       if (std::isnan(out[a])) return false;
     }
     if constexpr (std::is_integral_v<Act>) {
