@@ -108,8 +108,11 @@ Engine::Engine(const EnvSpec& spec, const EngineOptions& opt) : spec_(spec), opt
   inflight_.assign(n, 0);
   mark_.assign(n, 0);
   all_ids_.resize(n);
+  // A queue holds only its home block of env ids (an env is pending at most once, and sync and
+  // async work never overlap): at most ceil(num_envs / num_threads) of them.
+  const int blocks = std::max(opt.num_threads, 1);
   queues_.resize(opt.num_threads + 1);
-  for (Queue& q : queues_) q.ids.resize(n);
+  for (Queue& q : queues_) q.ids.resize((n + blocks - 1) / blocks);
   asleep_.assign(opt.num_threads, 0);
   done_.resize(n);
   for (int i = 0; i < n; ++i) {

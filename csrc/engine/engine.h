@@ -4,10 +4,10 @@
 //
 // All results are written into per-env rows of preallocated buffers; Recv gathers the finished rows
 // into preallocated batch buffers. Cheap work is stepped inline on the calling thread (a thread
-// hand-off would cost more than the work); expensive work is spread over the threads. Each env has a
-// home thread, so that it is stepped by the same thread call after call and its data stays in that
-// core's cache; a thread with nothing left of its own takes chunks from the others' (work stealing),
-// in chunks sized from a running estimate of the per-env step cost.
+// hand-off would cost more than the work); expensive work is spread over the threads. Each env
+// has a home thread, so that it is stepped by the same thread call after call and its data stays
+// in that core's cache; a thread with nothing left of its own takes chunks from the others' (work
+// stealing), in chunks sized from a running estimate of the per-env step cost.
 #pragma once
 
 #include <algorithm>
@@ -158,7 +158,7 @@ class Engine {
   // env in its home slot's queue. Sync calls use slots 0..num_threads-1 (the caller and all workers
   // but the last), async sends slots 1..num_threads (the workers; the caller helps in recv).
   struct Queue {
-    std::vector<int32_t> ids;  // a ring of num_envs entries
+    std::vector<int32_t> ids;  // a ring
     size_t head = 0, count = 0;
   };
   std::mutex mu_;
