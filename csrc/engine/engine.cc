@@ -16,8 +16,13 @@ constexpr double kInlineNs = 40e3;
 constexpr double kAsyncInlineNs = 2e3;
 // Target work per chunk when the work is spread over the workers.
 constexpr double kChunkNs = 100e3;
-// How long an idle thread polls for new work or results before it sleeps.
-constexpr auto kSpin = std::chrono::microseconds(200);
+// How long an idle thread polls for new work or results before it sleeps. In sync calls the
+// stepping threads are exactly num_threads (the caller and one worker fewer), so a poll uses a
+// core nothing else of ours needs, and it spans the caller's Python work between two steps. In
+// async use the workers and the caller are one thread more than that: a poll would take a core
+// from a thread that steps, so it is short.
+constexpr auto kSpinSync = std::chrono::microseconds(200);
+constexpr auto kSpinAsync = std::chrono::microseconds(30);
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -27,10 +32,10 @@ inline void CpuRelax() {
 #endif
 }
 
-// Poll `ready` for up to kSpin; true if it became true.
+// Poll `ready` for up to `spin`; true if it became true.
 template <class F>
-bool Spin(F ready) {
-  const auto until = std::chrono::steady_clock::now() + kSpin;
+bool Spin(F ready, std::chrono::microseconds spin) {
+  const auto until = std::chrono::steady_clock::now() + spin;
   for (int k = 0;; ++k) {
     if (ready()) return true;
     if ((k & 63) == 63) {
@@ -290,7 +295,7 @@ void Engine::Recv() {
   while (done_count_.load(std::memory_order_acquire) < b && HelpOnce()) {
   }
   {
-    std::unique_lock<std::mutex> lock = WaitDoneLocked(b);
+    std::unique_lock<std::mutex> lock = WaitDoneLocked(b, kSpinAsync);
     if (!error_.empty()) throw std::runtime_error("an env raised an error: " + error_);
     const size_t cap = done_.size();
     for (int k = 0; k < b; ++k) {
@@ -343,6 +348,7 @@ void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps, bool episode
       ++q.count;
     }
     workers_in_call_.store(helpers, std::memory_order_relaxed);
+    sync_call_.store(caller_helps, std::memory_order_relaxed);
     pending_count_.fetch_add(n, std::memory_order_release);
     for (int k = 0; k < helpers; ++k) wake |= asleep_[k] != 0;
   }
@@ -413,10 +419,10 @@ void Engine::Execute(const int32_t* ids, int n) {
   if (wake) done_cv_.notify_all();
 }
 
-std::unique_lock<std::mutex> Engine::WaitDoneLocked(int count) {
+std::unique_lock<std::mutex> Engine::WaitDoneLocked(int count, std::chrono::microseconds spin) {
   // A chunk that fails still reports its ids, so every dispatched env is eventually counted.
   auto ready = [&] { return done_count_.load(std::memory_order_acquire) >= count; };
-  Spin(ready);
+  Spin(ready, spin);
   std::unique_lock<std::mutex> lock(done_mu_);
   if (!ready()) {
     ++done_waiters_;
@@ -427,7 +433,7 @@ std::unique_lock<std::mutex> Engine::WaitDoneLocked(int count) {
 }
 
 void Engine::WaitDone(int count) {
-  std::unique_lock<std::mutex> lock = WaitDoneLocked(count);
+  std::unique_lock<std::mutex> lock = WaitDoneLocked(count, kSpinSync);
   done_head_ = done_tail_ = 0;
   done_count_.store(0, std::memory_order_relaxed);
 }
@@ -447,7 +453,9 @@ void Engine::WorkerLoop(int k) {
            k < workers_in_call_.load(std::memory_order_relaxed);
   };
   while (true) {
-    Spin([&] { return has_work() || stop_.load(std::memory_order_relaxed); });
+    const bool sync = sync_call_.load(std::memory_order_relaxed);
+    Spin([&] { return has_work() || stop_.load(std::memory_order_relaxed); },
+         sync ? kSpinSync : kSpinAsync);
     int n;
     {
       std::unique_lock<std::mutex> lock(mu_);

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <memory>
@@ -143,7 +144,8 @@ class Engine {
   int PopChunkLocked(int slot, int32_t* out);
   bool HelpOnce();  // the calling thread steps one pending chunk; false if none was pending
   void WaitDone(int count);  // wait for `count` completions, then empty the done ring
-  std::unique_lock<std::mutex> WaitDoneLocked(int count);
+  // Wait (polling for `spin`, then asleep) for `count` completions; returns with done_mu_ held.
+  std::unique_lock<std::mutex> WaitDoneLocked(int count, std::chrono::microseconds spin);
   void WorkerLoop(int k);
 
   std::vector<int32_t> all_ids_;       // 0..num_envs-1
@@ -168,6 +170,7 @@ class Engine {
   int chunk_size_ = 1;
   std::vector<uint8_t> asleep_;        // per worker, under mu_
   std::atomic<int> workers_in_call_{0};  // workers 0..this-1 take part in the current call
+  std::atomic<bool> sync_call_{false};   // the current call is sync (the caller steps too)
   std::atomic<bool> stop_{false};  // set under mu_; read lock-free while spinning
 
   // Completed env ids, in completion order.
