@@ -335,7 +335,9 @@ void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps, bool episode
   // Chunks of about kChunkNs of work (one env when an env costs more), so that the threads finish
   // together; at most one home block's share.
   const int share = (n + threads - 1) / threads;
-  const int chunk = episodes ? 1 : std::clamp(static_cast<int>(kChunkNs / cost), 1, share);
+  const int chunk = episodes ? 1
+                             : static_cast<int>(std::clamp(kChunkNs / std::max(cost, 1.0), 1.0,
+                                                           static_cast<double>(share)));
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
