@@ -16,8 +16,13 @@ constexpr double kInlineNs = 40e3;
 constexpr double kAsyncInlineNs = 2e3;
 // Target work per chunk when the work is spread over the workers.
 constexpr double kChunkNs = 100e3;
-// How long an idle thread polls for new work or results before it sleeps.
-constexpr auto kSpin = std::chrono::microseconds(30);
+// How long an idle thread polls for new work or results before it sleeps. In sync calls the
+// stepping threads are exactly num_threads (the caller and one worker fewer), so a poll uses a
+// core nothing else of ours needs, and it spans the caller's Python work between two steps. In
+// async use the workers and the caller are one thread more than that: a poll would take a core
+// from a thread that steps, so it is short.
+constexpr auto kSpinSync = std::chrono::microseconds(200);
+constexpr auto kSpinAsync = std::chrono::microseconds(30);
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -27,10 +32,10 @@ inline void CpuRelax() {
 #endif
 }
 
-// Poll `ready` for up to kSpin; true if it became true.
+// Poll `ready` for up to `spin`; true if it became true.
 template <class F>
-bool Spin(F ready) {
-  const auto until = std::chrono::steady_clock::now() + kSpin;
+bool Spin(F ready, std::chrono::microseconds spin) {
+  const auto until = std::chrono::steady_clock::now() + spin;
   for (int k = 0;; ++k) {
     if (ready()) return true;
     if ((k & 63) == 63) {
@@ -108,7 +113,12 @@ Engine::Engine(const EnvSpec& spec, const EngineOptions& opt) : spec_(spec), opt
   inflight_.assign(n, 0);
   mark_.assign(n, 0);
   all_ids_.resize(n);
-  pending_.resize(n);
+  // A queue holds only its home block of env ids (an env is pending at most once, and sync and
+  // async work never overlap): at most ceil(num_envs / num_threads) of them.
+  const int blocks = std::max(opt.num_threads, 1);
+  queues_.resize(opt.num_threads + 1);
+  for (Queue& q : queues_) q.ids.resize((n + blocks - 1) / blocks);
+  asleep_.assign(opt.num_threads, 0);
   done_.resize(n);
   for (int i = 0; i < n; ++i) {
     all_ids_[i] = i;
@@ -285,7 +295,7 @@ void Engine::Recv() {
   while (done_count_.load(std::memory_order_acquire) < b && HelpOnce()) {
   }
   {
-    std::unique_lock<std::mutex> lock = WaitDoneLocked(b);
+    std::unique_lock<std::mutex> lock = WaitDoneLocked(b, kSpinAsync);
     if (!error_.empty()) throw std::runtime_error("an env raised an error: " + error_);
     const size_t cap = done_.size();
     for (int k = 0; k < b; ++k) {
@@ -311,27 +321,38 @@ void Engine::Recv() {
 
 void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps, bool episodes) {
   // num_threads threads step envs at once: the workers, or the caller and one worker fewer.
-  const int helpers = static_cast<int>(workers_.size()) - (caller_helps ? 1 : 0);
-  const double est = n * cost_ns_.load(std::memory_order_relaxed);
-  if (helpers <= 0 || (!episodes && est < (caller_helps ? kInlineNs : kAsyncInlineNs))) {
+  const int threads = static_cast<int>(workers_.size());
+  const int helpers = threads - (caller_helps ? 1 : 0);
+  const double cost = cost_ns_.load(std::memory_order_relaxed);
+  if (helpers <= 0 || (!episodes && n * cost < (caller_helps ? kInlineNs : kAsyncInlineNs))) {
     Execute(ids, n);
     return;
   }
-  const int slots = helpers + 1;  // the caller helps too: now (sync) or while it waits in recv
-  const int chunks =
-      episodes ? n : std::min(n, std::max(slots, std::min(4 * slots, static_cast<int>(est / kChunkNs))));
-  bool wake;
+  // Home slots: sync calls split the envs over slots 0..threads-1 (the caller first), sends over
+  // the workers' slots 1..threads, in contiguous blocks of env ids.
+  const int first = caller_helps ? 0 : 1;
+  const int64_t envs = opt_.num_envs;
+  // Chunks of about kChunkNs of work (one env when an env costs more), so that the threads finish
+  // together; at most one home block's share.
+  const int share = (n + threads - 1) / threads;
+  const int chunk = episodes ? 1
+                             : static_cast<int>(std::clamp(kChunkNs / std::max(cost, 1.0), 1.0,
+                                                           static_cast<double>(share)));
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    chunk_size_ = (n + chunks - 1) / chunks;
-    const size_t cap = pending_.size();
+    chunk_size_ = chunk;
     for (int k = 0; k < n; ++k) {
-      pending_[pending_head_] = ids[k];
-      pending_head_ = Next(pending_head_, cap);
+      Queue& q = queues_[first + static_cast<int>(static_cast<int64_t>(ids[k]) * threads / envs)];
+      const size_t cap = q.ids.size();
+      size_t at = q.head + q.count;
+      q.ids[at >= cap ? at - cap : at] = ids[k];
+      ++q.count;
     }
-    active_limit_.store(helpers, std::memory_order_relaxed);
+    workers_in_call_.store(helpers, std::memory_order_relaxed);
+    sync_call_.store(caller_helps, std::memory_order_relaxed);
     pending_count_.fetch_add(n, std::memory_order_release);
-    wake = sleeping_workers_ > 0;
+    for (int k = 0; k < helpers; ++k) wake |= asleep_[k] != 0;
   }
   if (wake) work_cv_.notify_all();
   if (caller_helps)
@@ -344,19 +365,26 @@ bool Engine::HelpOnce() {
   int k;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    k = PopChunkLocked(local);
+    k = PopChunkLocked(0, local);
   }
   if (k) Execute(local, k);
   return k > 0;
 }
 
-int Engine::PopChunkLocked(int32_t* out) {
-  const int n = std::min(chunk_size_, pending_count_.load(std::memory_order_relaxed));
-  const size_t cap = pending_.size();
-  for (int j = 0; j < n; ++j) {
-    out[j] = pending_[pending_tail_];
-    pending_tail_ = Next(pending_tail_, cap);
-  }
+int Engine::PopChunkLocked(int slot, int32_t* out) {
+  if (pending_count_.load(std::memory_order_relaxed) == 0) return 0;
+  Queue* q = &queues_[slot];
+  bool own = q->count > 0;
+  if (!own)  // steal from the fullest queue
+    for (Queue& other : queues_)
+      if (other.count > q->count) q = &other;
+  const int n = static_cast<int>(std::min<size_t>(chunk_size_, q->count));
+  const size_t cap = q->ids.size();
+  // The owner takes from the front; a thief from the back (what the owner would step last).
+  size_t at = own ? q->head : q->head + q->count - n;
+  for (int j = 0; j < n; ++j, ++at) out[j] = q->ids[at % cap];
+  if (own) q->head = (q->head + n) % cap;
+  q->count -= n;
   pending_count_.fetch_sub(n, std::memory_order_relaxed);
   return n;
 }
@@ -393,10 +421,10 @@ void Engine::Execute(const int32_t* ids, int n) {
   if (wake) done_cv_.notify_all();
 }
 
-std::unique_lock<std::mutex> Engine::WaitDoneLocked(int count) {
+std::unique_lock<std::mutex> Engine::WaitDoneLocked(int count, std::chrono::microseconds spin) {
   // A chunk that fails still reports its ids, so every dispatched env is eventually counted.
   auto ready = [&] { return done_count_.load(std::memory_order_acquire) >= count; };
-  Spin(ready);
+  Spin(ready, spin);
   std::unique_lock<std::mutex> lock(done_mu_);
   if (!ready()) {
     ++done_waiters_;
@@ -407,7 +435,7 @@ std::unique_lock<std::mutex> Engine::WaitDoneLocked(int count) {
 }
 
 void Engine::WaitDone(int count) {
-  std::unique_lock<std::mutex> lock = WaitDoneLocked(count);
+  std::unique_lock<std::mutex> lock = WaitDoneLocked(count, kSpinSync);
   done_head_ = done_tail_ = 0;
   done_count_.store(0, std::memory_order_relaxed);
 }
@@ -421,27 +449,27 @@ void Engine::WorkerLoop(int k) {
     pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
   }
   int32_t* local = scratch_[k].data();
-  // Work for this worker: pending envs, and fewer workers busy than the current call allows.
+  // Work for this worker: pending envs, in a call this worker takes part in.
   auto has_work = [&] {
     return pending_count_.load(std::memory_order_acquire) > 0 &&
-           active_.load(std::memory_order_relaxed) < active_limit_.load(std::memory_order_relaxed);
+           k < workers_in_call_.load(std::memory_order_relaxed);
   };
   while (true) {
-    Spin([&] { return has_work() || stop_.load(std::memory_order_relaxed); });
+    const bool sync = sync_call_.load(std::memory_order_relaxed);
+    Spin([&] { return has_work() || stop_.load(std::memory_order_relaxed); },
+         sync ? kSpinSync : kSpinAsync);
     int n;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!stop_ && !has_work()) {
-        ++sleeping_workers_;
+        asleep_[k] = 1;
         work_cv_.wait(lock, [&] { return stop_ || has_work(); });
-        --sleeping_workers_;
+        asleep_[k] = 0;
       }
       if (stop_) return;
-      n = PopChunkLocked(local);
-      active_.fetch_add(1, std::memory_order_relaxed);
+      n = PopChunkLocked(k + 1, local);
     }
     if (n) Execute(local, n);
-    active_.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -80,29 +81,27 @@ class Peer:
 
 def _sync_loop(env: Any, task: Task, steps_per_call: int) -> Loop:
     """`env.step(actions)` over every env: the loop of every sync vector env."""
-    actions = task.actions(env.single_action_space, steps_per_call)
+    batches = itertools.cycle(task.actions(env.single_action_space, steps_per_call))
     env.reset(seed=task.seed)
     step = env.step
-    n = len(actions)
 
-    def run(k: int) -> None:
-        for i in range(k):
-            step(actions[i % n])
+    def run(k: int) -> None:  # across calls too: slow envs are timed one call at a time
+        for _ in range(k):
+            step(next(batches))
 
     return Loop(run, steps_per_call, env.close)
 
 
 def _async_loop(env: Any, task: Task, batch_size: int) -> Loop:
     """`recv()` the first batch_size envs to finish, `send` them their next actions."""
-    actions = task.actions(env.single_action_space, batch_size)
+    batches = itertools.cycle(task.actions(env.single_action_space, batch_size))
     env.async_reset()
     recv, send = env.recv, env.send
-    n = len(actions)
 
     def run(k: int) -> None:
-        for i in range(k):
+        for _ in range(k):
             info = recv()[-1]
-            send(actions[i % n], info["env_id"])
+            send(next(batches), info["env_id"])
 
     return Loop(run, batch_size, env.close)
 
