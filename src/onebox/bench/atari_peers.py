@@ -18,6 +18,7 @@ The preset (frameskip 4, max-pool, grayscale 84x84, stack 4, up to 30 no-ops, FI
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any
 
 from onebox.envs.atari import atari_ids, rom_id
@@ -66,16 +67,15 @@ def ale_async(task: Any) -> Any:
 
     batch = _half(task.num_envs)
     env = _ale_env(task, batch)
-    actions = task.actions(env.single_action_space, batch)
+    batches = itertools.cycle(task.actions(env.single_action_space, batch))
     env.reset(seed=task.seed)  # returns the first batch, as recv does
     recv, send = env.recv, env.send
-    n = len(actions)
-    send(actions[0])
+    send(next(batches))
 
-    def run(k: int) -> None:
-        for i in range(k):
+    def run(k: int) -> None:  # across calls too: slow envs are timed one call at a time
+        for _ in range(k):
             recv()
-            send(actions[i % n])
+            send(next(batches))
 
     return Loop(run, batch, env.close)
 

@@ -16,6 +16,7 @@ each episode so that fitnesses do not depend on K).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import time
 from pathlib import Path
@@ -138,12 +139,14 @@ def _env_only(ev: PopulationEvaluator, seconds: float) -> float:
         ids = p.recv()[-1]["env_id"]
         p.send(a[0], ids)
     steps_per_round = sum(p.batch_size for p in pools)
+    rounds = itertools.cycle(range(16))
 
-    def run(k: int) -> None:
-        for i in range(k):
+    def run(k: int) -> None:  # across calls too: slow envs are timed one call at a time
+        for _ in range(k):
+            i = next(rounds)
             for p, a in zip(pools, acts, strict=True):
                 ids = p.recv()[-1]["env_id"]
-                p.send(a[i % 16], ids)
+                p.send(a[i], ids)
 
     timing = common.measure(run, steps_per_round, seconds, warmup=0.3)
     for p in pools:
