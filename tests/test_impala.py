@@ -42,11 +42,13 @@ def test_cartpole_learns(tmp_path: Path, algo: str, steps: int, target: float) -
     assert len(lag) == steps // 80 and min(lag) >= 0  # classic preset: 80 steps per batch
 
 
-@pytest.mark.parametrize("algo", ["impala", "appo"])
-def test_lstm_core_learns_cartpole(tmp_path: Path, algo: str) -> None:
+@pytest.mark.parametrize(("algo", "args"), [("impala", []), ("appo", ["--learning-rate", "5e-3"])])
+def test_lstm_core_learns_cartpole(tmp_path: Path, algo: str, args: list[str]) -> None:
     # The recurrent agent learns slower on CartPole than the feed-forward one (random play: ~22).
+    # Best 20-episode means at 80k steps, seeds 1-4 (5): IMPALA 99-116 with the preset; APPO
+    # 40-63 with the preset's lr 2e-3, 98-412 with 5e-3.
     run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "80000", "--lstm", "64",
-                    algo=algo)  # fmt: skip
+                    *args, algo=algo)  # fmt: skip
     assert best_window(run_dir) >= 60
     # Replaying an unroll from its recorded start state reproduces the behaviour policy: the
     # first update (no lag yet) sees importance weights of exactly 1.
