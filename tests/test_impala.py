@@ -42,17 +42,24 @@ def test_cartpole_learns(tmp_path: Path, algo: str, steps: int, target: float) -
     assert len(lag) == steps // 80 and min(lag) >= 0  # classic preset: 80 steps per batch
 
 
-@pytest.mark.parametrize(("algo", "args"), [("impala", []), ("appo", ["--learning-rate", "5e-3"])])
-def test_lstm_core_learns_cartpole(tmp_path: Path, algo: str, args: list[str]) -> None:
+def test_lstm_core_learns_cartpole(tmp_path: Path) -> None:
     # The recurrent agent learns slower on CartPole than the feed-forward one (random play: ~22).
-    # Best 20-episode means at 80k steps, seeds 1-4 (5): IMPALA 99-116 with the preset; APPO
-    # 40-63 with the preset's lr 2e-3, 98-412 with 5e-3.
-    run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "80000", "--lstm", "64",
-                    *args, algo=algo)  # fmt: skip
+    # Best 20-episode means at 80k steps, seeds 1-4: 99-116.
+    run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "80000", "--lstm", "64")
     assert best_window(run_dir) >= 60
     # Replaying an unroll from its recorded start state reproduces the behaviour policy: the
     # first update (no lag yet) sees importance weights of exactly 1.
     assert metric(run_dir, "losses/mean_rho")[0][1] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_appo_lstm_replays_whole_env_columns(tmp_path: Path) -> None:
+    # APPO's recurrent minibatches are env columns replayed from their start states: its first
+    # batch (no lag) has importance weights of exactly 1. (Its learning is slow on CartPole:
+    # best 20-episode means of 40-63 at 80k steps, seeds 1-4, so no return threshold here.)
+    run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "4000", "--lstm", "16",
+                    "--actors", "3", algo="appo")  # fmt: skip
+    assert metric(run_dir, "losses/mean_rho")[0][1] == pytest.approx(1.0, abs=1e-4)
+    assert [s for s, _ in metric(run_dir, "losses/clipfrac")] == list(range(80, 4001, 80))
 
 
 def test_run_logs_checkpoints_evaluates_and_resumes(tmp_path: Path, capsys) -> None:
