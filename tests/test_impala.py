@@ -161,6 +161,8 @@ def test_killed_actor_process_is_restarted_and_training_goes_on(tmp_path: Path) 
         (["--clip-coef", "0"], "--clip-coef must be positive"),
         (["--process-actors", "--inference", "local"], "needs --inference central"),
         (["--lstm", "0"], "--lstm is the LSTM core's size"),
+        (["--actor-restarts", "-1"], "--actor-restarts must be >= 0"),
+        (["--num-minibatches", "3", "--lstm", "8", "--unroll", "12"], "8 env columns"),
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message) -> None:

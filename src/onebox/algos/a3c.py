@@ -33,6 +33,7 @@ import onebox.envs
 from onebox import run
 from onebox.algos import a2c
 from onebox.algos.common import (
+    check_lstm,
     check_positive,
     greedy_policy,
     open_run,
@@ -40,7 +41,7 @@ from onebox.algos.common import (
     probe_env,
     seed_everything,
 )
-from onebox.algos.onpolicy import Agent, check_lstm
+from onebox.algos.onpolicy import Agent
 from onebox.nn.networks import ActorCritic
 from onebox.sampling import Sampler
 

@@ -83,10 +83,9 @@ def update(
     for _ in range(config.update_epochs):
         for mb in minibatches(config, net.recurrent, t_len, b, obs.device):
             if net.recurrent:  # whole env columns, replayed from their start states
-                cols = mb
-                mb_state = (state[0][cols], state[1][cols])
-                dist, value, _ = net.unroll(obs[:, cols], starts[:, cols], mb_state)
-                rows = (slice(None), cols)
+                mb_state = (state[0][mb], state[1][mb])
+                dist, value, _ = net.unroll(obs[:, mb], starts[:, mb], mb_state)
+                rows = (slice(None), mb)
             else:  # single steps
                 rows = (mb // b, mb % b)
                 dist, value, _ = net.unroll(obs[rows].unsqueeze(0), None, None)

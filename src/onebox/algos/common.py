@@ -104,6 +104,15 @@ def open_run(
     return config, run_dir, None
 
 
+def check_lstm(lstm: int | None) -> None:
+    """Raise ValueError unless `lstm` (an LSTM core's size) is None or positive."""
+    if lstm is not None and lstm < 1:
+        raise ValueError(
+            f"--lstm is the LSTM core's size and must be positive, got {lstm}; leave it unset "
+            "for a feed-forward net"
+        )
+
+
 Policy = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """`policy(obs, starts) -> actions` for a batch of envs; `starts[i]`: obs[i] begins an episode."""
 

@@ -40,6 +40,7 @@ from torch import nn
 import onebox.envs
 from onebox import run
 from onebox.algos.common import (
+    check_lstm,
     check_positive,
     fill_preset,
     greedy_policy,
@@ -192,8 +193,7 @@ def resolve(config: Config) -> Config:
         raise ValueError("--process-actors needs --inference central (the server's shared memory)")
     if config.actor_restarts < 0:
         raise ValueError(f"--actor-restarts must be >= 0, got {config.actor_restarts}")
-    if config.lstm is not None and config.lstm < 1:
-        raise ValueError(f"--lstm is the LSTM core's size (>= 1), got {config.lstm}")
+    check_lstm(config.lstm)
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"--gamma must be in [0, 1], got {config.gamma}")
     resolve_device(config.device)

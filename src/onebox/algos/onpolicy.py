@@ -21,6 +21,7 @@ import onebox.envs
 from onebox import run
 from onebox.algos.common import (
     Policy,
+    check_lstm,
     check_positive,
     fill_preset,
     greedy_policy,
@@ -88,15 +89,6 @@ def resolve_common(config: Any, presets: dict[str, dict[str, Any]]) -> Any:
         raise ValueError("--gamma and --gae-lambda must be in [0, 1]")
     resolve_device(config.device)
     return config
-
-
-def check_lstm(lstm: int | None) -> None:
-    """Raise ValueError unless `lstm` (an LSTM core's size) is None or positive."""
-    if lstm is not None and lstm < 1:
-        raise ValueError(
-            f"--lstm is the LSTM core's size and must be positive, got {lstm}; leave it unset "
-            "for a feed-forward net"
-        )
 
 
 MakeOptimizer = Callable[[Any], torch.optim.Optimizer]

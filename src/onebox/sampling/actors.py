@@ -236,13 +236,17 @@ class ThreadActor(threading.Thread):
         return self._buf
 
     def _publish(self, returns: list[float], lengths: list[int]) -> None:
-        unroll = Unroll.from_arrays(self._buf, returns, lengths)
-        while not self.stop.is_set():
-            try:
-                self.out.put(unroll, timeout=0.1)
-                return
-            except queue.Full:
-                continue
+        put(self.out, Unroll.from_arrays(self._buf, returns, lengths), self.stop)
+
+
+def put(out: queue.Queue, item: Any, stop: threading.Event) -> None:
+    """Put `item` on the bounded queue `out`, waiting for room until `stop` is set."""
+    while not stop.is_set():
+        try:
+            out.put(item, timeout=0.1)
+            return
+        except queue.Full:
+            continue
 
 
 # ---- process actors -----------------------------------------------------------------------------
@@ -391,12 +395,7 @@ class ProcessActors:
             while not self._stop.is_set():
                 got = [u for ring in self.rings for u in ring.take()]
                 for unroll in got:
-                    while not self._stop.is_set():
-                        try:
-                            self.out.put(unroll, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
+                    put(self.out, unroll, self._stop)
                 if not got:
                     time.sleep(0.0005)
         except BaseException as e:
