@@ -302,12 +302,12 @@ def test_async_reset_with_work_in_flight_and_sync_reset_drops_it():
         assert sorted(seen) == list(range(6))
 
 
-@pytest.mark.parametrize("workers", [1, 2, 5])
-def test_results_do_not_depend_on_the_number_of_workers(workers):
+@pytest.mark.parametrize(("workers", "spin_us"), [(1, 200.0), (2, 0), (2, 5.0), (5, 1000)])
+def test_results_do_not_depend_on_the_number_of_workers_or_spinning(workers, spin_us):
     actions = combo_actions(ComboEnv().action_space, 5, 40, seed=9)
     with make(None, 5, env_fn=combo, num_threads=1) as pool:
         ref = [pool.reset(seed=0)[0]] + [pool.step(a)[0] for a in actions]
-    with make(None, 5, env_fn=combo, num_threads=workers) as pool:
+    with make(None, 5, env_fn=combo, num_threads=workers, spin_us=spin_us) as pool:
         assert pool.num_threads == workers
         got = [pool.reset(seed=0)[0]] + [pool.step(a)[0] for a in actions]
     assert_tree_equal(got, ref)
@@ -560,6 +560,9 @@ def test_bad_construction_arguments():
         ProcessEnvPool(env_fn=combo, num_envs=2, max_episode_steps=3)
     with pytest.raises(ValueError, match="context must be one of"):
         ProcessEnvPool("CartPole-v1", 2, context="threads")
+    for spin in (-1, float("nan"), 2e6, "200", True):
+        with pytest.raises(ValueError, match=r"spin_us must be a number of microseconds"):
+            ProcessEnvPool("CartPole-v1", 2, spin_us=spin)
     with pytest.raises(ValueError, match="num_envs must be a positive integer"):
         ProcessEnvPool("CartPole-v1", 0)
     with pytest.raises(ValueError, match="env_fn runs in the process backend"):

@@ -302,6 +302,9 @@ class AtariEnvPool(EnvPool):
         self._game_reset = np.zeros(n, dtype=bool)  # its next result is ALE's NextStep reset
         self._life_reset = np.zeros(n, dtype=bool)  # its next step replaces the action sent
         self._held = np.zeros(n, dtype=bool)  # received, waiting for its action
+        self._ids = np.arange(n, dtype=np.intp)  # every env, in order (read-only)
+        self._ids.flags.writeable = False
+        self._strength = np.ones(n, dtype=np.float32)  # ALE's paddle strength: always full
         self._actions = np.zeros(n, dtype=np.int64)  # actions sent while the batch is partial
         self._last_ids = np.zeros(0, dtype=np.int32)  # ids of ALE's last recv, in its order
         self._in_flight = 0  # envs ALE is stepping or resetting
@@ -410,22 +413,25 @@ class AtariEnvPool(EnvPool):
         if a.size and (a.min() < 0 or a.max() >= self._num_actions):
             bad = a[(a < 0) | (a >= self._num_actions)][0]
             raise ValueError(f"action {bad} is out of range [0, {self._num_actions})")
-        waiting = self._held[ids]
-        if not waiting.all():
-            bad = int(ids[~waiting][0])
+        held = self._held
+        if not held[ids].all():
+            bad = int(ids[~held[ids]][0])
             raise ValueError(
                 f"env {bad} is not waiting for an action: send() takes the envs of the last "
                 "recv() (or reset()/step()), each once"
             )
-        if len(np.unique(ids)) != len(ids):
+        before = np.count_nonzero(held)
+        held[ids] = False
+        left = np.count_nonzero(held)
+        if before - left != len(ids):  # an id named twice cleared one flag for two actions
+            held[ids] = True
             raise ValueError("env_ids has duplicates; send one action per env")
         self._actions[ids] = a
-        self._held[ids] = False
-        if self._held.any():
+        if left:
             return
         batch = self._last_ids
         chosen = np.where(self._life_reset[batch], self._life_action, self._actions[batch])
-        self._ale_engine.send(chosen, np.ones(len(batch), dtype=np.float32))
+        self._ale_engine.send(chosen, self._strength[: len(batch)])
         self._in_flight += len(batch)
 
     def recv(self) -> Results:
@@ -529,7 +535,7 @@ class AtariEnvPool(EnvPool):
 
     def _env_ids(self, env_ids: Any) -> np.ndarray:
         if env_ids is None:
-            return self._all_ids()
+            return self._ids
         ids = np.asarray(env_ids)
         if ids.dtype.kind not in "iu":
             raise TypeError(f"env_ids must be integers, got dtype {ids.dtype}")

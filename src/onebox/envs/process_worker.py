@@ -20,6 +20,7 @@ import os
 import pickle
 import select
 import signal
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -64,6 +65,25 @@ def read_msg(fd: int) -> bytes:
     return head[4:] + _read_exact(fd, n - 1) if n > 1 else head[4:]
 
 
+def wait(poller: select.poll, spin: float, timeout_ms: int | None) -> list[tuple[int, int]]:
+    """`poller.poll(timeout_ms)`, but polling without sleeping for the first `spin` seconds.
+
+    A process woken from sleep takes tens of microseconds to run again, longer than a cheap env's
+    step, so each side of a step spins for a while before sleeping; it yields the CPU between
+    polls so that a process with work to do on the same core runs first.
+    """
+    if spin > 0:
+        end = time.perf_counter() + spin
+        while True:
+            events = poller.poll(0)
+            if events:
+                return events
+            if time.perf_counter() >= end:
+                break
+            os.sched_yield()
+    return poller.poll(timeout_ms)
+
+
 def make_from_spec(spec: Any, kwargs: dict[str, Any]) -> Any:
     """`gymnasium.make(spec, **kwargs)`: what a worker calls to make an env given by id."""
     return gym.make(spec, **kwargs)
@@ -105,6 +125,8 @@ class WorkerArgs:
     """Set when restarting after a crash: reset every env with these and report them truncated."""
     slots: dict[str, tuple[int, str]]
     """Info key -> (slot, kind) already assigned (kept across restarts)."""
+    spin: float
+    """Seconds to poll for the next command before sleeping (see `wait`)."""
 
 
 def describe(env: Any) -> dict[str, Any]:
@@ -365,9 +387,9 @@ def main(args: WorkerArgs, cmd: Any, res: Any, fault: Any) -> None:
         os._exit(1)
     poller = select.poll()
     poller.register(cmd.fileno(), select.POLLIN)
-    lo = args.lo
+    lo, spin = args.lo, args.spin
     while True:
-        if not poller.poll(_PARENT_CHECK_MS):
+        if not wait(poller, spin, _PARENT_CHECK_MS):
             if os.getppid() != ppid:
                 break
             continue
