@@ -115,6 +115,38 @@ def test_unavailable_peers_say_why():
     assert rows == [["Gymnasium AsyncVectorEnv", "65", result.note]]
 
 
+def test_rounds_report_the_median_and_range_and_ratios_of_medians():
+    ours, theirs = (
+        next(p for p in bench_envs.PEERS if p.name == n) for n in ("onebox-sync", "envpool-sync")
+    )
+    mine = bench_envs.median_result([bench_envs.Result(ours, 8, r) for r in (300.0, 100.0, 200.0)])
+    other = bench_envs.median_result(
+        [bench_envs.Result(theirs, 8, r) for r in (50.0, 400.0, 100.0)]
+    )
+    assert (mine.rate, mine.rates) == (200.0, (300.0, 100.0, 200.0))
+    assert other.rate == 100.0
+    header, rows = bench_envs.table_rows([mine, other])
+    assert header == ["backend", "envs", "steps/s", "range", "onebox sync ×"]
+    assert rows == [
+        ["onebox sync", "8", "200", "100-300", "1.00×"],
+        ["EnvPool sync", "8", "100", "50-400", "2.00×"],
+    ]
+    missing = bench_envs.Result(theirs, 8, None, "n/a: not installed")
+    assert bench_envs.median_result([other, missing]) == missing
+
+
+def test_bench_envs_rounds(tmp_path, capsys):
+    doc = tmp_path / "benchmarks.md"
+    argv = ["bench", "envs", "--seconds", "0.05", "--warmup", "0", "--num-envs", "2",
+            "--peers", "onebox-sync", "onebox-async", "--num-threads", "1", "--rounds", "2",
+            "--output", str(doc)]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().err.count("(round 2/2)") == 2
+    assert "2 interleaved rounds" in doc.read_text() and "| range |" in doc.read_text()
+    assert cli.main([*argv[:-2], "--rounds", "0"]) == 2
+    assert "--rounds must be at least 1" in capsys.readouterr().err
+
+
 def test_select_peers():
     names = [p.name for p in bench_envs.select_peers(("gymnasium-sync", "onebox"))]
     assert names == ["onebox-sync", "onebox-async", "gymnasium-sync"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import itertools
+import statistics
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -312,6 +313,10 @@ class EnvBenchConfig:
     section: str | None = None
     """Label of the section to write, after the env id (e.g. `process`), so that a run of a few
     peers does not replace the env's main section."""
+    rounds: int = 1
+    """Measure every backend this many times, in interleaved rounds (each backend once per round),
+    and report the median, with the range: drifts in the machine's load then hit every backend
+    alike."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,6 +327,8 @@ class Result:
     num_envs: int
     rate: float | None
     note: str = ""
+    rates: tuple[float, ...] = ()
+    """Every round's steps/s, when measured in rounds (`rate` is their median)."""
 
 
 def select_peers(names: tuple[str, ...]) -> list[Peer]:
@@ -361,6 +368,8 @@ def run(config: EnvBenchConfig) -> int:
         raise ValueError(f"--num-envs must be positive integers, got {config.num_envs}")
     if config.seconds <= 0 or config.warmup < 0:
         raise ValueError("--seconds must be > 0 and --warmup >= 0")
+    if config.rounds < 1:
+        raise ValueError(f"--rounds must be at least 1, got {config.rounds}")
     threads = config.num_threads or onebox.envs.physical_cores()
     config = dataclasses.replace(config, num_threads=threads)
     peers = select_peers(tuple(config.peers))
@@ -368,11 +377,18 @@ def run(config: EnvBenchConfig) -> int:
     results = []
     for n in config.num_envs:
         task = Task(config.env, n, threads, config.seed)
-        for peer in peers:
-            result = measure_peer(peer, task, config.seconds, config.warmup)
-            speed = common.format_rate(result.rate) + " steps/s" if result.rate else result.note
-            log.print(f"[dim]{peer.label:<28} {n:>6} envs  {speed}[/dim]", highlight=False)
-            results.append(result)
+        rounds: list[list[Result]] = []
+        for k in range(config.rounds):
+            rounds.append([])
+            for peer in peers:
+                result = measure_peer(peer, task, config.seconds, config.warmup)
+                speed = common.format_rate(result.rate) + " steps/s" if result.rate else result.note
+                where = f"  (round {k + 1}/{config.rounds})" if config.rounds > 1 else ""
+                log.print(
+                    f"[dim]{peer.label:<28} {n:>6} envs  {speed}{where}[/dim]", highlight=False
+                )
+                rounds[-1].append(result)
+        results += [median_result(list(same)) for same in zip(*rounds, strict=True)]
 
     machine = common.machine_info(("numpy", "gymnasium", "envpool", "ale-py", "mujoco"))
     header, rows = table_rows(results)
@@ -399,15 +415,32 @@ def section_key(env_id: str) -> str:
     return f"bench:envs:{env_id}"
 
 
+def median_result(results: list[Result]) -> Result:
+    """One backend's rounds as one result: the median steps/s, every round's kept in `rates`.
+
+    A backend unavailable in any round is reported unavailable."""
+    first = results[0]
+    if len(results) == 1 or any(r.rate is None for r in results):
+        return next((r for r in results if r.rate is None), first)
+    rates = tuple(r.rate for r in results if r.rate is not None)
+    return Result(first.peer, first.num_envs, float(statistics.median(rates)), rates=rates)
+
+
 def table_rows(results: list[Result]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows: backend, envs, steps/s, then onebox's speed over the row's, for each
-    onebox backend that ran ("onebox sync ×" = onebox sync steps/s / this row's steps/s)."""
+    """Header and rows: backend, envs, steps/s (the median of the rounds, and their range when
+    there were several), then onebox's speed over the row's, for each onebox backend that ran
+    ("onebox sync ×" = onebox sync steps/s / this row's steps/s, medians)."""
     ours = [p for p in dict.fromkeys(r.peer for r in results) if p.family in ("onebox", "process")]
-    header = ["backend", "envs", "steps/s", *(f"{p.label} ×" for p in ours)]
+    ranged = any(r.rates for r in results)
+    header = ["backend", "envs", "steps/s", *(["range"] if ranged else [])]
+    header += [f"{p.label} ×" for p in ours]
     rates = {(r.peer.name, r.num_envs): r.rate for r in results}
     rows = []
     for r in results:
         row = [r.peer.label, str(r.num_envs), common.format_rate(r.rate) if r.rate else r.note]
+        if ranged:
+            spread = f"{common.format_rate(min(r.rates))}-{common.format_rate(max(r.rates))}"
+            row.append(spread if r.rates else "-")
         for p in ours:
             mine = rates.get((p.name, r.num_envs))
             row.append(common.format_ratio(mine / r.rate) if mine and r.rate else "-")
@@ -454,8 +487,14 @@ def markdown_section(
         "",
         f"{_threads(config.num_threads)} for onebox and EnvPool; async backends receive "
         f"num_envs/2 envs per `recv`; {config.seconds:g} s per measurement after "
-        f"{config.warmup:g} s of warm-up. In the × columns: that onebox backend's steps/s "
-        "divided by the row's.",
+        f"{config.warmup:g} s of warm-up"
+        + (
+            f"; {config.rounds} interleaved rounds (each backend once per round), steps/s is "
+            "the median and range the lowest and highest round"
+            if config.rounds > 1
+            else ""
+        )
+        + ". In the × columns: that onebox backend's steps/s divided by the row's.",
         "",
         common.markdown_table(header, rows, right),
         "",
