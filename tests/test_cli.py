@@ -133,6 +133,9 @@ def test_rounds_report_the_median_and_range_and_ratios_of_medians():
     ]
     missing = bench_envs.Result(theirs, 8, None, "n/a: not installed")
     assert bench_envs.median_result([other, missing]) == missing
+    assert bench_envs.table_rows([mine, missing])[1][1] == [
+        "EnvPool sync", "8", "n/a: not installed", "-", "-"
+    ]  # fmt: skip
 
 
 def test_bench_envs_rounds(tmp_path, capsys):
