@@ -11,6 +11,7 @@
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include "engine/atari_ledger.h"
 #include "engine/registry.h"
 
 namespace nb = nanobind;
@@ -140,6 +141,35 @@ nb::tuple Rollout(Engine& e, const Weights& w, int hidden, const std::optional<V
   return nb::make_tuple(e.rollout_returns(), e.rollout_lengths());
 }
 
+template <class T>
+using In = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+template <class T>
+using Out = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// AtariLedgerStep over arrays: state arrays of num_envs rows, batch and output arrays of n rows.
+void AtariLedger(Out<double> game_return, Out<int64_t> game_length, Out<int32_t> lives,
+                 Out<bool> game_reset, Out<bool> life_reset, In<int32_t> ids, In<int32_t> raw,
+                 In<bool> terminated, In<bool> truncated, In<int32_t> new_lives,
+                 Out<float> reward, Out<bool> out_terminated, Out<bool> game_over,
+                 Out<bool> life_lost, Out<double> out_return, Out<int64_t> out_length,
+                 bool episodic_life, bool reward_clip, bool next_step) {
+  const size_t envs = game_return.shape(0), n = ids.shape(0);
+  for (size_t rows : {game_length.shape(0), lives.shape(0), game_reset.shape(0),
+                      life_reset.shape(0)})
+    if (rows != envs) throw std::invalid_argument("atari_ledger: state arrays differ in length");
+  for (size_t rows : {raw.shape(0), terminated.shape(0), truncated.shape(0), new_lives.shape(0),
+                      reward.shape(0), out_terminated.shape(0), game_over.shape(0),
+                      life_lost.shape(0), out_return.shape(0), out_length.shape(0)})
+    if (rows != n) throw std::invalid_argument("atari_ledger: batch arrays differ in length");
+  const AtariState s{game_return.data(), game_length.data(), lives.data(), game_reset.data(),
+                     life_reset.data(), static_cast<int64_t>(envs)};
+  const AtariBatch b{ids.data(),       raw.data(),       terminated.data(),
+                     truncated.data(), new_lives.data(), static_cast<int64_t>(n)};
+  const AtariOut o{reward.data(),    out_terminated.data(), game_over.data(),
+                   life_lost.data(), out_return.data(),     out_length.data()};
+  AtariLedgerStep(s, b, o, episodic_life, reward_clip, next_step);
+}
+
 }  // namespace
 }  // namespace onebox
 
@@ -167,6 +197,14 @@ NB_MODULE(ONEBOX_MODULE_NAME, m) {
         return SpecDict(Registry::Get().Find(id).spec(Config(config)));
       },
       "id"_a, "config"_a, "Spaces, time limit and info keys of a native env under options.");
+
+  m.def("atari_ledger", &AtariLedger, "game_return"_a.noconvert(), "game_length"_a.noconvert(),
+        "lives"_a.noconvert(), "game_reset"_a.noconvert(), "life_reset"_a.noconvert(), "ids"_a,
+        "raw_reward"_a, "terminated"_a, "truncated"_a, "new_lives"_a, "reward"_a.noconvert(),
+        "out_terminated"_a.noconvert(), "game_over"_a.noconvert(), "life_lost"_a.noconvert(),
+        "out_return"_a.noconvert(), "out_length"_a.noconvert(), "episodic_life"_a,
+        "reward_clip"_a, "next_step"_a,
+        "One batch of ALE step results through AtariEnvPool's bookkeeping (atari_ledger.h).");
 
   nb::class_<Engine>(m, "Engine")
       .def(nb::new_(&Make), "id"_a, "config"_a, "num_envs"_a, "batch_size"_a, "num_threads"_a,

@@ -45,6 +45,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from onebox import _engine
 from onebox.envs.base import (
     EnvPool,
     SeedLike,
@@ -331,8 +332,13 @@ class AtariEnvPool(EnvPool):
         self._check_sync("step")
         if self._in_flight or self._stash is not None or not self._held.all():
             raise RuntimeError("step() with async steps pending; recv() them first (or reset())")
-        self.send(actions)
-        return self.recv()
+        a = self._checked_actions(actions, (self.num_envs,))
+        batch = self._last_ids  # ALE's order of the last results: every env, waiting
+        chosen = np.where(self._life_reset[batch], self._life_action, a[batch])
+        self._ale_engine.send(chosen, self._strength)
+        obs, rew, term, trunc, info = self._ale_engine.recv()
+        self._last_ids = info["env_id"]  # every env again, each waiting for its action
+        return self._process(obs, rew, term, trunc, info)
 
     def reset_envs(self, env_ids: Any, seeds: SeedLike = None) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset only envs `env_ids`; the others are left as they are.
@@ -402,17 +408,7 @@ class AtariEnvPool(EnvPool):
         """
         self._check_open()
         ids = self._env_ids(env_ids)
-        a = np.asarray(actions)
-        if a.dtype.kind not in "iu":
-            raise TypeError(
-                f"Atari actions must be integers, got dtype {a.dtype}; "
-                "cast with .astype(np.int64) if the values are whole numbers"
-            )
-        if a.shape != ids.shape:
-            raise ValueError(f"actions must have shape {ids.shape}, got {a.shape}")
-        if a.size and (a.min() < 0 or a.max() >= self._num_actions):
-            bad = a[(a < 0) | (a >= self._num_actions)][0]
-            raise ValueError(f"action {bad} is out of range [0, {self._num_actions})")
+        a = self._checked_actions(actions, ids.shape)
         held = self._held
         if not held[ids].all():
             bad = int(ids[~held[ids]][0])
@@ -533,6 +529,20 @@ class AtariEnvPool(EnvPool):
         self._last_ids = ids
         self._held[ids] = True
 
+    def _checked_actions(self, actions: Any, shape: tuple[int, ...]) -> np.ndarray:
+        a = np.asarray(actions)
+        if a.dtype.kind not in "iu":
+            raise TypeError(
+                f"Atari actions must be integers, got dtype {a.dtype}; "
+                "cast with .astype(np.int64) if the values are whole numbers"
+            )
+        if a.shape != shape:
+            raise ValueError(f"actions must have shape {shape}, got {a.shape}")
+        if a.size and (a.min() < 0 or a.max() >= self._num_actions):
+            bad = a[(a < 0) | (a >= self._num_actions)][0]
+            raise ValueError(f"action {bad} is out of range [0, {self._num_actions})")
+        return a
+
     def _env_ids(self, env_ids: Any) -> np.ndarray:
         if env_ids is None:
             return self._ids
@@ -554,29 +564,23 @@ class AtariEnvPool(EnvPool):
         trunc: np.ndarray,
         info: dict[str, np.ndarray],
     ) -> Results:
-        """ALE's step results -> this pool's: episodic life, clipping, episode statistics."""
+        """ALE's step results -> this pool's: episodic life, clipping, episode statistics
+        (`atari_ledger.h` does the per-env work, on this pool's state arrays)."""
         ids = info["env_id"]
-        lives = info["lives"]
-        raw = raw.astype(np.float64)
-        game_reset = self._game_reset[ids]
-        life_reset = self._life_reset[ids]
-        ended = term | trunc
-        # ALE's NextStep reset step belongs to the next game: it starts the statistics at 0.
-        ret = np.where(game_reset, 0.0, self._return[ids] + raw)
-        length = np.where(game_reset, 0, self._length[ids] + 1)
-        lost = (lives < self._lives[ids]) & ~game_reset & ~ended
-        terminated = term | lost if self._config["episodic_life"] else term.copy()
-        reward = np.sign(raw) if self._config["reward_clip"] else raw
-        reward = np.where(life_reset, 0.0, reward).astype(np.float32)
-
-        self._return[ids] = np.where(ended, 0.0, ret)
-        self._length[ids] = np.where(ended, 0, length)
-        self._lives[ids] = lives
-        self._game_reset[ids] = ended & self._next_step
-        self._life_reset[ids] = lost & (self._next_step and self._config["episodic_life"])
+        n = len(ids)
+        reward = np.empty(n, dtype=np.float32)
+        terminated, ended, lost = (np.empty(n, dtype=bool) for _ in range(3))
+        ret, length = np.empty(n, dtype=np.float64), np.empty(n, dtype=np.int64)
+        episodic = self._config["episodic_life"]
+        _engine.atari_ledger(
+            self._return, self._length, self._lives, self._game_reset, self._life_reset,
+            ids, raw, term, trunc, info["lives"],
+            reward, terminated, ended, lost, ret, length,
+            episodic, self._config["reward_clip"], self._next_step,
+        )  # fmt: skip
         out = self._info(info, ended, ret, length)
         if not self._next_step:
-            done = ended | lost if self._config["episodic_life"] else ended
+            done = ended | lost if episodic else ended
             if done.any():
                 self._final(out, obs, info.get("final_obs"), done, ended)
         return obs, reward, terminated, trunc, out
@@ -615,9 +619,7 @@ class AtariEnvPool(EnvPool):
         for key in ("lives", "frame_number", "episode_frame_number"):
             info[key] = ale_info[key]
             info["_" + key] = everywhere
-        info["episode_return"] = np.where(ended, ret, 0.0) if ret is not None else np.zeros(n)
-        info["episode_length"] = (
-            np.where(ended, length, 0) if length is not None else np.zeros(n, dtype=np.int64)
-        )
+        info["episode_return"] = ret if ret is not None else np.zeros(n)
+        info["episode_length"] = length if length is not None else np.zeros(n, dtype=np.int64)
         info["_episode"] = ended
         return info
