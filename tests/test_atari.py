@@ -350,3 +350,43 @@ def test_without_ale_py(monkeypatch):
             onebox.envs.make("Pong-v5")
     finally:
         atari._games.cache_clear()
+
+
+def test_ledger_against_hand_computed_steps():
+    """`atari_ledger` (the pool's per-env bookkeeping in C++) on one hand-checked batch."""
+    from onebox import _engine
+
+    # env 0: plays on (+3); env 1: loses a life; env 2: game over by truncation after a life's
+    # reset step; env 3: its first result after a game over (ALE's NextStep reset step).
+    ret = np.array([10.0, 2.0, -4.0, 99.0])
+    length = np.array([5, 7, 9, 11], dtype=np.int64)
+    lives = np.array([3, 3, 1, 0], dtype=np.int32)
+    game_reset = np.array([False, False, False, True])
+    life_reset = np.array([False, False, True, False])
+    ids = np.array([2, 0, 3, 1], dtype=np.int32)  # ALE's order
+    raw = np.array([-2, 3, 5, 0], dtype=np.int32)
+    term = np.zeros(4, dtype=bool)
+    trunc = np.array([True, False, False, False])
+    new_lives = np.array([1, 3, 5, 2], dtype=np.int32)
+    out = [np.empty(4, np.float32), *(np.empty(4, bool) for _ in range(3)), np.empty(4),
+           np.empty(4, np.int64)]  # fmt: skip
+    _engine.atari_ledger(ret, length, lives, game_reset, life_reset, ids, raw, term, trunc,
+                         new_lives, *out, True, True, True)  # fmt: skip
+    reward, terminated, over, lost, game_ret, game_len = out
+    np.testing.assert_array_equal(reward, [0.0, 1.0, 1.0, 0.0])  # env 2's reset step pays 0
+    np.testing.assert_array_equal(terminated, [False, False, False, True])
+    np.testing.assert_array_equal(over, [True, False, False, False])
+    np.testing.assert_array_equal(lost, [False, False, False, True])
+    np.testing.assert_array_equal(game_ret, [-6.0, 0.0, 0.0, 0.0])  # unclipped: -4 - 2
+    np.testing.assert_array_equal(game_len, [10, 0, 0, 0])
+    np.testing.assert_array_equal(ret, [13.0, 2.0, 0.0, 0.0])  # env 3's reset step: a new game
+    np.testing.assert_array_equal(length, [6, 8, 0, 0])
+    np.testing.assert_array_equal(lives, [3, 2, 1, 5])
+    np.testing.assert_array_equal(game_reset, [False, False, True, False])
+    np.testing.assert_array_equal(life_reset, [False, True, False, False])
+    with pytest.raises(IndexError, match="env id 4 out of range"):
+        _engine.atari_ledger(ret, length, lives, game_reset, life_reset, ids + 2, raw, term,
+                             trunc, new_lives, *out, True, True, True)  # fmt: skip
+    with pytest.raises(TypeError):  # state arrays of another dtype would be copied: refused
+        _engine.atari_ledger(ret.astype(np.float32), length, lives, game_reset, life_reset, ids,
+                             raw, term, trunc, new_lives, *out, True, True, True)  # fmt: skip
