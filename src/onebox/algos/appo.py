@@ -28,27 +28,46 @@ from onebox.algos.vtrace import vtrace
 from onebox.nn.networks import ActorCritic
 from onebox.sampling.inference import InferenceServer
 
+PRESETS: dict[str, dict[str, Any]] = {
+    family: {**impala.PRESETS[family], **own}
+    for family, own in {
+        "classic": dict(unroll=8, learning_rate=2.5e-3, update_epochs=4, num_minibatches=4),
+        "atari": dict(update_epochs=2, num_minibatches=2),
+    }.items()
+}
+"""IMPALA's presets, with APPO's own for classic control: unrolls of 8 steps and 4 epochs of 4
+minibatches at Adam 2.5e-3. On CartPole-v1 (seeds 1-4) the best 20-episode mean reached 475 at
+21k-48k steps and 500 within 100k (IMPALA's preset with 2 epochs of 2: 500 within 200k); with
+`--lstm 64` it passed 150 at 27k-35k steps and reached 321-500 within 100k (IMPALA's preset:
+40-63 at 80k)."""
+
 
 @dataclasses.dataclass
 class Config(impala.Config):
     """Train an agent with APPO (PPO's clipped loss on V-trace targets). Fields left unset come
-    from the env family's preset (IMPALA's)."""
+    from the env family's preset (IMPALA's, with APPO's own for classic control)."""
 
+    unroll: int | None = None
+    """Steps per unroll (preset: 8 classic, 20 Atari)."""
+    learning_rate: float | None = None
+    """Learning rate (preset: Adam 2.5e-3 classic, RMSProp 6e-4 Atari), linearly annealed."""
     clip_coef: float = 0.2
     """Surrogate clipping coefficient."""
-    update_epochs: int = 2
-    """Epochs over each batch of unrolls."""
-    num_minibatches: int = 2
-    """Minibatches per epoch; must divide the batch's env steps (with `--lstm`, its env columns:
-    `batch_unrolls * envs_per_actor`, each minibatch replaying whole columns)."""
+    update_epochs: int | None = None
+    """Epochs over each batch of unrolls (preset: 4 classic, 2 Atari)."""
+    num_minibatches: int | None = None
+    """Minibatches per epoch (preset: 4 classic, 2 Atari); must divide the batch's env steps (with
+    `--lstm`, its env columns: `batch_unrolls * envs_per_actor`, each minibatch replaying whole
+    columns)."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
 
 
 def resolve(config: Config) -> Config:
     """IMPALA's checks plus APPO's own; raise ValueError before any work starts."""
-    config = impala.resolve(config)
+    config = impala.resolve(config, PRESETS)
     check_positive(config, "clip_coef", "update_epochs", "num_minibatches")
+    assert config.update_epochs and config.num_minibatches
     if config.batch_size % config.num_minibatches:
         raise ValueError(
             f"--num-minibatches {config.num_minibatches} does not divide the batch of "
@@ -80,7 +99,7 @@ def update(
     clip = config.clip_coef
     clipfracs = []
     pg_loss = v_loss = entropy = torch.zeros(())
-    for _ in range(config.update_epochs):
+    for _ in range(config.update_epochs or 1):
         for mb in minibatches(config, net.recurrent, t_len, b, obs.device):
             if net.recurrent:  # whole env columns, replayed from their start states
                 mb_state = (state[0][mb], state[1][mb])
@@ -122,7 +141,7 @@ def minibatches(
     shuffled steps (flat indices into (T, B)) otherwise."""
     size = b if recurrent else t_len * b
     order = torch.randperm(size, device=device)
-    return list(order.chunk(config.num_minibatches))
+    return list(order.chunk(config.num_minibatches or 1))
 
 
 def train(config: Config, resume: Path | None = None) -> Path:

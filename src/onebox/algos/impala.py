@@ -164,8 +164,9 @@ class Config:
         return self.unroll * self.batch_unrolls * self.envs_per_actor
 
 
-def resolve(config: Config) -> Config:
-    """Fill the preset and check every field; raise ValueError before any work starts."""
+def resolve(config: Config, presets: dict[str, dict[str, Any]] = PRESETS) -> Config:
+    """Fill the preset (from `presets`, per env family) and check every field; raise ValueError
+    before any work starts."""
     env_kwargs = parse_env_options(config.env_options)
     if onebox.envs.backend_of(config.env) is None:
         onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
@@ -174,7 +175,7 @@ def resolve(config: Config) -> Config:
     if family == "continuous":
         raise ValueError(f"impala here takes discrete actions; {config.env} has continuous ones")
     family = config.preset if config.preset != "auto" else family
-    config = fill_preset(config, PRESETS[family])
+    config = fill_preset(config, presets[family])
     if config.preset == "auto":
         config = dataclasses.replace(config, preset=family)
     if config.torch_threads is None:

@@ -138,8 +138,8 @@ def run(config: TrainBenchConfig) -> int:
             f"### Training throughput, {config.env}",
             "",
             f"{config.iterations} timed updates per mode after one warm-up update; each learner's "
-            "preset (PPO: CleanRL's for this family; APPO: IMPALA's), batch = env steps per "
-            "update. Time split: each run's `time/*` shares. Policy lag: learner version minus "
+            "preset (PPO: CleanRL's for this family; APPO: its own, IMPALA's on Atari), batch = "
+            "env steps per update. Time split: each run's `time/*` shares. Policy lag: learner version minus "
             "behaviour version, mean over the run. "
             f"× CleanRL: against {CLEANRL_ATARI_SPS:.0f} SPS, the reference's figure for CleanRL's "
             "ppo_atari_envpool on a 2-core machine like this one (not rerun here). Frames/s "
