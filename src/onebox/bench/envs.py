@@ -439,8 +439,10 @@ def table_rows(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     for r in results:
         row = [r.peer.label, str(r.num_envs), common.format_rate(r.rate) if r.rate else r.note]
         if ranged:
-            low, high = (min(r.rates), max(r.rates)) if r.rates else (None, None)
-            row.append(f"{common.format_rate(low)}-{common.format_rate(high)}" if r.rates else "-")
+            spread = "-"
+            if r.rates:
+                spread = f"{common.format_rate(min(r.rates))}-{common.format_rate(max(r.rates))}"
+            row.append(spread)
         for p in ours:
             mine = rates.get((p.name, r.num_envs))
             row.append(common.format_ratio(mine / r.rate) if mine and r.rate else "-")
