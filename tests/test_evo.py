@@ -259,7 +259,8 @@ def test_es_solves_cartpole(tmp_path: Path) -> None:
     assert max(_metric(tmp_path / "es", "fitness/score")) == 500.0
 
 
-def test_ars_solves_cartpole(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hidden", [(), (0,)])  # the default 64-64 mlp, and a linear policy
+def test_ars_solves_cartpole(tmp_path: Path, hidden: tuple[int, ...]) -> None:
     config = RSConfig(
         mode="ars",
         population=48,
@@ -268,10 +269,13 @@ def test_ars_solves_cartpole(tmp_path: Path) -> None:
         top_directions=8,
         generations=25,
         frame_budget=400_000,
+        hidden=hidden,
         **_common(tmp_path, "ars"),
     )
     run(config)
     assert max(_metric(tmp_path / "ars", "fitness/score")) == 500.0
+    if hidden == (0,):  # CartPole's 4 observations -> 2 action scores: 8 weights, 2 biases
+        assert load_checkpoint(tmp_path / "ars")["best"].numel() == 10
 
 
 def test_es_improves_pendulum() -> None:
@@ -326,6 +330,7 @@ def test_cli_evolve_rs_random(tmp_path: Path) -> None:
     frames = _metric(tmp_path / "budget", "charts/frames")
     assert len(frames) == 1 and frames[0] == load_checkpoint(tmp_path / "budget")["frames"] > 0
     assert main(["evolve", "ga", "--generations", "0", "--runs-dir", str(tmp_path)]) == 2
+    assert main(["evolve", "ga", "--hidden", "0", "64", "--runs-dir", str(tmp_path)]) == 2
 
 
 def test_bench_evolve_writes_a_section(tmp_path: Path) -> None:

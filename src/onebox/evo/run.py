@@ -46,7 +46,8 @@ class EvolveConfig:
     """Network: a tanh MLP, or the Nature CNN (default: the CNN for (C, H, W) images, such as
     Atari's, else the MLP)."""
     hidden: tuple[int, ...] = ()
-    """Hidden sizes (default: (64, 64) for the mlp, (512,) for the cnn's fc layer)."""
+    """Hidden sizes (default: (64, 64) for the mlp, (512,) for the cnn's fc layer); `0` alone
+    makes the mlp a linear policy (as ARS's)."""
     num_slots: int | None = None
     """Networks evaluated at once (K), in two pipelined groups (default: 256 for the mlp, 64 for
     the cnn)."""
@@ -107,12 +108,25 @@ def algo_name(config: AnyConfig) -> str:
     raise TypeError(f"not an evolve config: {type(config).__name__}")
 
 
+def net_hidden(config: AnyConfig) -> tuple[int, ...] | None:
+    """The network's hidden sizes from `--hidden`: None (the architecture's default) when unset,
+    () for a linear policy (`--hidden 0`)."""
+    hidden = tuple(config.hidden)
+    if hidden == (0,):
+        return ()
+    if any(h < 1 for h in hidden):
+        raise ValueError(
+            f"--hidden takes positive sizes, or 0 alone for a linear policy; got {hidden}"
+        )
+    return hidden or None
+
+
 def make_evaluator(config: AnyConfig) -> PopulationEvaluator:
     """The population evaluator a config describes."""
     return PopulationEvaluator(
         config.env,
         arch=config.arch,
-        hidden=tuple(config.hidden) or None,
+        hidden=net_hidden(config),
         num_slots=config.num_slots,
         num_threads=config.num_threads,
         max_episode_steps=config.max_episode_steps,
@@ -154,6 +168,7 @@ def _check(config: AnyConfig) -> None:
         raise ValueError(f"--frame-budget must be >= 0, got {config.frame_budget}")
     if config.torch_threads < 1:
         raise ValueError(f"--torch-threads must be >= 1, got {config.torch_threads}")
+    net_hidden(config)
 
 
 def run(config: AnyConfig) -> int:
@@ -276,7 +291,7 @@ def load_policy(run_dir: Path, config: Any) -> Callable[[np.ndarray], np.ndarray
     finally:
         probe.close()
     arch = config.arch or default_arch(obs_space)
-    net = PopulationNet(arch, obs_space, act_space, 1, hidden=tuple(config.hidden) or None)
+    net = PopulationNet(arch, obs_space, act_space, 1, hidden=net_hidden(config))
     net.set_slots(slice(0, 1), state["best"].reshape(1, -1))
     if state["obs_norm"] is not None:
         net.set_obs_norm(*state["obs_norm"])

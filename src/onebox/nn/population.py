@@ -92,7 +92,8 @@ class PopulationNet:
         observation_space: a Box of floats (mlp) or of uint8 (C, H, W) images (cnn).
         action_space: Discrete (argmax of outputs) or Box (tanh squashed into the bounds).
         num_slots: individuals held at once.
-        hidden: mlp hidden sizes (default (64, 64)); for the cnn, `(fc,)` (default (512,)).
+        hidden: mlp hidden sizes (default (64, 64); () for a linear policy); for the cnn, `(fc,)`
+            (default (512,)).
         device: torch device.
         dtype: parameter and compute precision, "float32", "bfloat16" or "float16" (a dtype
             torch cannot run these layers in on `device` raises `ValueError`).
