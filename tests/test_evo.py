@@ -172,6 +172,46 @@ def test_evaluator_rejects_bad_input() -> None:
 # ---- algorithms ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("env_id", "hidden", "norm"),
+    [("CartPole-v1", (16,), False), ("CartPole-v1", (), True), ("Pendulum-v1", (8,), True),
+     ("Pendulum-v1", (), False)],
+)  # fmt: skip
+def test_native_rollouts_match_the_slot_groups(env_id: str, hidden: tuple, norm: bool) -> None:
+    """Linear and one-layer mlps on native envs run as the engine's rollouts: the same episodes
+    (seeds, lengths, frames, observation sums) and returns as the torch networks in the slot
+    groups, to float precision (the C++ policy computes in float64)."""
+    results = []
+    for native in (False, True):
+        with PopulationEvaluator(
+            env_id, hidden=hidden, num_slots=8, num_threads=1, max_envs=32, native_rollout=native
+        ) as ev:
+            assert ev.rollout_ok == native
+            params = torch.stack([ev.net.init_params(s) for s in range(24)])
+            d = ev.net.obs_shape[0]
+            on = (np.linspace(-0.5, 0.5, d), np.linspace(0.5, 2, d)) if norm else None
+            results.append((ev.evaluate(params, 2, 7, obs_norm=on, obs_stats=norm), ev.frames))
+    (a, frames_a), (b, frames_b) = results  # 48 pairs: two calls of 32 envs, the second padded
+    np.testing.assert_array_equal(a.lengths, b.lengths)
+    assert frames_a == frames_b == a.lengths.sum()
+    if env_id == "CartPole-v1":  # argmax of the same outputs: the same episodes exactly
+        np.testing.assert_array_equal(a.returns, b.returns)
+    else:  # Pendulum: float32 against float64 actions over 200 steps
+        np.testing.assert_allclose(a.returns, b.returns, rtol=1e-5, atol=1e-3)
+    if norm:
+        assert a.obs_stats.count == b.obs_stats.count
+        np.testing.assert_allclose(a.obs_stats.total, b.obs_stats.total, rtol=1e-5, atol=1e-3)
+        np.testing.assert_allclose(a.obs_stats.total_sq, b.obs_stats.total_sq, rtol=1e-5)
+
+
+def test_native_rollouts_only_where_the_network_fits() -> None:
+    for kwargs in ({}, {"hidden": (8, 8)}, {"dtype": "bfloat16"}, {"backend": "process"}):
+        with PopulationEvaluator("CartPole-v1", num_slots=4, num_threads=1, **kwargs) as ev:
+            assert not ev.rollout_ok  # default 64-64, two layers, bfloat16, not the engine
+    with PopulationEvaluator("HalfCheetah-v5", hidden=(), num_slots=4, num_threads=1) as ev:
+        assert ev.rollout_ok and ev.num_params == 17 * 6 + 6
+
+
 def test_centered_ranks() -> None:
     assert np.allclose(centered_ranks(np.array([3.0, -1.0, 10.0])), [0.0, -0.5, 0.5])
 

@@ -18,11 +18,15 @@ import pytest
 import onebox.envs
 
 
-def policy(w: np.ndarray, obs: np.ndarray, hidden: int, n_out: int, mean=None, std=None):
+def policy(
+    w: np.ndarray, obs: np.ndarray, hidden: int, n_out: int, mean=None, std=None, obs_clip=None
+):
     """The reference policy in NumPy: the raw outputs for a batch of observations."""
     x = obs.astype(np.float64)
     if mean is not None:
         x = (x - mean) / std
+    if obs_clip is not None:
+        x = np.clip(x, -obs_clip, obs_clip)
     w = w.astype(np.float64)
     n_obs = x.shape[1]
     outs = []
@@ -40,8 +44,9 @@ def policy(w: np.ndarray, obs: np.ndarray, hidden: int, n_out: int, mean=None, s
 
 
 def python_rollout(
-    env_id: str, num_envs: int, w, hidden: int, seed: int, mean=None, std=None, **kwargs
-):
+    env_id: str, num_envs: int, w, hidden: int, seed: int, mean=None, std=None, obs_clip=None,
+    squash=False, sums=None, **kwargs,
+):  # fmt: skip
     """Step a fresh pool from Python until every env finished its first episode."""
     pool = onebox.envs.make(env_id, num_envs=num_envs, seed=seed, **kwargs)
     space = pool.single_action_space
@@ -52,9 +57,16 @@ def python_rollout(
     lengths = np.zeros(num_envs, dtype=np.int64)
     running = np.ones(num_envs, dtype=bool)
     while running.any():
-        out = policy(w, obs, hidden, n_out, mean, std)
+        if sums is not None:
+            x = obs.astype(np.float64) * running[:, None]
+            sums[:, 0] += x
+            sums[:, 1] += x * x
+        out = policy(w, obs, hidden, n_out, mean, std, obs_clip)
         if discrete:
             actions = out.argmax(axis=1)
+        elif squash:
+            low, high = space.low.astype(np.float64), space.high.astype(np.float64)
+            actions = ((low + high) / 2 + (high - low) / 2 * np.tanh(out)).astype(np.float32)
         else:
             actions = np.clip(out, space.low, space.high).astype(np.float32)
         obs, rew, term, trunc, _ = pool.step(actions)
@@ -81,6 +93,30 @@ def test_pendulum_matches_python_loop(hidden: int, threads: int) -> None:
     assert (lengths == 200).all()
     np.testing.assert_allclose(returns, ref_returns, rtol=1e-9)
     assert len(set(returns.round(6))) == 6  # different weights, different returns
+
+
+def test_obs_clip_squash_and_obs_sums_match_python_loop() -> None:
+    pool = onebox.envs.make("Pendulum-v1", num_envs=5, seed=4, num_threads=2)
+    w = random_weights(pool, 6, 2.0, seed=2)
+    mean, std = np.array([0.1, -0.1, 0.5]), np.array([0.3, 0.3, 1.0])  # |o'| well above 0.5
+    sums = np.zeros((5, 2, 3))
+    returns, lengths = pool.rollout(w, hidden=6, seed=4, obs_mean=mean, obs_std=std,
+                                    obs_clip=0.5, squash=True, obs_sums=sums)  # fmt: skip
+    ref_sums = np.zeros((5, 2, 3))
+    ref_returns, ref_lengths = python_rollout("Pendulum-v1", 5, w, 6, 4, mean, std, obs_clip=0.5,
+                                              squash=True, sums=ref_sums)  # fmt: skip
+    np.testing.assert_array_equal(lengths, ref_lengths)
+    np.testing.assert_allclose(returns, ref_returns, rtol=1e-9)
+    np.testing.assert_allclose(sums, ref_sums, rtol=1e-12)  # of the raw observations
+    unclipped = pool.rollout(w, hidden=6, seed=4, obs_mean=mean, obs_std=std, squash=True)[0]
+    clipped_only = pool.rollout(w, hidden=6, seed=4, obs_mean=mean, obs_std=std, obs_clip=0.5)[0]
+    assert not np.allclose(unclipped, returns) and not np.allclose(clipped_only, returns)
+    with pytest.raises(ValueError, match="obs_clip must be a positive number"):
+        pool.rollout(w, hidden=6, obs_clip=0)
+    with pytest.raises(ValueError, match=r"obs_sums must be .* shape \(5, 2, 3\)"):
+        pool.rollout(w, hidden=6, obs_sums=np.zeros((5, 3)))
+    with pytest.raises(ValueError, match="obs_sums must be"):
+        pool.rollout(w, hidden=6, obs_sums=np.zeros((5, 2, 3), dtype=np.float32))
 
 
 def test_cartpole_argmax_and_threads() -> None:

@@ -49,6 +49,9 @@ struct RolloutPolicy {
   const double* obs_mean = nullptr;  // [obs size] or null
   const double* obs_std = nullptr;   // [obs size] or null
   int64_t max_steps = 0;             // episode cap; 0: the pool's time limit
+  double obs_clip = 0.0;             // clip normalized observations to [-obs_clip, obs_clip]; 0: no
+  bool squash = false;               // Box actions: low + (high - low) (tanh(out) + 1) / 2, not clip
+  double* obs_sums = nullptr;        // [num_envs, 2, obs size]: sums of o and o^2 seen, or null
 };
 
 // A raw byte buffer with the dtype and shape it is exposed as.
@@ -296,7 +299,14 @@ class EngineT final : public Engine {
     double ret = 0.0;
     int64_t len = 0;
     DoReset(i, o, inf);
+    double* sums = p.obs_sums ? p.obs_sums + static_cast<size_t>(i) * 2 * obs_size_ : nullptr;
     while (len < limit) {
+      if (sums)
+        for (size_t j = 0; j < obs_size_; ++j) {
+          const double v = static_cast<double>(o[j]);
+          sums[j] += v;
+          sums[obs_size_ + j] += v * v;
+        }
       if (!Policy(w, o, x.data(), h.data(), out.data(), act.data())) {
         ret = std::numeric_limits<double>::quiet_NaN();  // NaN policy output: no valid action
         break;
@@ -320,6 +330,8 @@ class EngineT final : public Engine {
     for (size_t j = 0; j < no; ++j) x[j] = static_cast<double>(o[j]);
     if (p.obs_mean)
       for (size_t j = 0; j < no; ++j) x[j] = (x[j] - p.obs_mean[j]) / p.obs_std[j];
+    if (p.obs_clip > 0)
+      for (size_t j = 0; j < no; ++j) x[j] = std::min(std::max(x[j], -p.obs_clip), p.obs_clip);
     const double* in = x;
     size_t nin = no;
     if (nh) {
@@ -341,7 +353,9 @@ class EngineT final : public Engine {
     } else {
       const Space& s = spec_.action;
       for (size_t a = 0; a < na; ++a)
-        act[a] = static_cast<Act>(std::min(std::max(out[a], s.low[a]), s.high[a]));
+        act[a] = static_cast<Act>(
+            p.squash ? (s.high[a] + s.low[a]) / 2 + (s.high[a] - s.low[a]) / 2 * std::tanh(out[a])
+                     : std::min(std::max(out[a], s.low[a]), s.high[a]));
     }
     return true;
   }

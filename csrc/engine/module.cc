@@ -114,9 +114,12 @@ std::unique_ptr<Engine> Make(const std::string& id, const std::map<std::string, 
 using Weights = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using Vector = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
+using Sums = nb::ndarray<double, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+
 nb::tuple Rollout(Engine& e, const Weights& w, int hidden, const std::optional<Vector>& mean,
                   const std::optional<Vector>& std, int64_t max_steps,
-                  const std::vector<uint64_t>& seeds) {
+                  const std::vector<uint64_t>& seeds, double obs_clip, bool squash,
+                  std::optional<Sums> obs_sums) {
   if (hidden < 0) throw std::invalid_argument("hidden must be >= 0");
   const size_t n = static_cast<size_t>(e.options().num_envs);
   const size_t params = static_cast<size_t>(e.PolicyParams(hidden));
@@ -128,8 +131,15 @@ nb::tuple Rollout(Engine& e, const Weights& w, int hidden, const std::optional<V
     if (v->has_value() && (*v)->shape(0) != obs)
       throw std::invalid_argument("obs_mean and obs_std must have shape (" + std::to_string(obs) +
                                   ",)");
+  if (obs_sums && (obs_sums->shape(0) != n || obs_sums->shape(1) != 2 || obs_sums->shape(2) != obs))
+    throw std::invalid_argument("obs_sums must have shape (" + std::to_string(n) + ", 2, " +
+                                std::to_string(obs) + ")");
+  if (!(obs_clip >= 0)) throw std::invalid_argument("obs_clip must be >= 0");
   RolloutPolicy p;
   p.weights = w.data();
+  p.obs_clip = obs_clip;
+  p.squash = squash;
+  p.obs_sums = obs_sums ? obs_sums->data() : nullptr;
   p.hidden = hidden;
   p.obs_mean = mean ? mean->data() : nullptr;
   p.obs_std = std ? std->data() : nullptr;
@@ -237,7 +247,7 @@ NB_MODULE(ONEBOX_MODULE_NAME, m) {
       .def_prop_ro("pending", &Engine::pending)
       .def_prop_ro("step_cost_ns", &Engine::step_cost_ns)
       .def("rollout", &Rollout, "weights"_a, "hidden"_a, "obs_mean"_a.none(), "obs_std"_a.none(),
-           "max_steps"_a, "seeds"_a)
+           "max_steps"_a, "seeds"_a, "obs_clip"_a, "squash"_a, "obs_sums"_a.none().noconvert())
       .def("policy_params", &Engine::PolicyParams, "hidden"_a)
       .def("get_state", &Engine::GetState, "env_id"_a)
       .def("set_state", &Engine::SetState, "env_id"_a, "state"_a);

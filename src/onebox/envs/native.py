@@ -391,6 +391,9 @@ class NativeEnvPool(EnvPool):
         obs_std: Any = None,
         seed: SeedLike = None,
         max_steps: int | None = None,
+        obs_clip: float | None = None,
+        squash: bool = False,
+        obs_sums: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Run one whole episode in every env with a policy evaluated in C++; no Python per step.
 
@@ -403,8 +406,10 @@ class NativeEnvPool(EnvPool):
         - `hidden=h`: `out = W2 tanh(W1 o' + b1) + b2`; `weights[i]` is W1 (`[h, obs]`), b1, W2
           (`[out, h]`), b2.
 
-        A Box action is `out` clipped to the action bounds (out has the action's size); a Discrete
-        action is `argmax(out)` (out has n elements). `policy_size(hidden)` is the row length.
+        With `obs_clip`, `o'` is clipped to [-obs_clip, obs_clip]. A Box action is `out` clipped
+        to the action bounds, or with `squash` `(low + high) / 2 + (high - low) / 2 * tanh(out)` (out has
+        the action's size); a Discrete action is `argmax(out)` (out has n elements).
+        `policy_size(hidden)` is the row length.
         The envs run on the pool's threads, one episode per task.
 
         Args:
@@ -413,6 +418,11 @@ class NativeEnvPool(EnvPool):
             obs_mean, obs_std: observation statistics (`[obs size]`, std > 0), or both None.
             seed: reseed the envs first (int: env i gets seed + i); None continues their streams.
             max_steps: episode cap; default the pool's `max_episode_steps` (required if it has none).
+            obs_clip: clip the normalized observations to this magnitude (> 0), or None.
+            squash: map Box outputs into the bounds with tanh instead of clipping them.
+            obs_sums: a float64 array `[num_envs, 2, obs size]` to which env i adds the sums of
+                the raw observations its policy saw, and of their squares (for running
+                normalization statistics), or None.
 
         Returns:
             (returns, lengths): float64 episode returns (NaN if the policy output was NaN) and
@@ -454,9 +464,26 @@ class NativeEnvPool(EnvPool):
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
         else:
             cap = int(max_steps)
+        if obs_clip is not None and not (
+            isinstance(obs_clip, int | float | np.integer | np.floating) and obs_clip > 0
+        ):
+            raise ValueError(f"obs_clip must be a positive number or None, got {obs_clip!r}")
+        dim = int(np.prod(self.single_observation_space.shape))
+        if obs_sums is not None and (
+            not isinstance(obs_sums, np.ndarray)
+            or obs_sums.dtype != np.float64
+            or obs_sums.shape != (self.num_envs, 2, dim)
+            or not obs_sums.flags.c_contiguous
+            or not obs_sums.flags.writeable
+        ):
+            raise ValueError(
+                f"obs_sums must be a writeable C-contiguous float64 array of shape "
+                f"({self.num_envs}, 2, {dim})"
+            )
         returns, lengths = self._engine.rollout(
-            w, int(hidden), stats[0], stats[1], cap, expand_seeds(seed, self.num_envs)
-        )
+            w, int(hidden), stats[0], stats[1], cap, expand_seeds(seed, self.num_envs),
+            float(obs_clip or 0.0), bool(squash), obs_sums,
+        )  # fmt: skip
         return np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64)
 
     # ---- helpers ------------------------------------------------------------------------------

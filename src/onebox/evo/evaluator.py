@@ -130,6 +130,8 @@ class PopulationEvaluator:
         frames_per_step: frames counted per env step (default: the env's frame skip, else 1).
         backend: the env backend (default: the one `onebox.envs.make` picks for `env_id`).
         env_kwargs: the env's own options.
+        native_rollout: evaluate with the engine's closed-loop rollouts where the network fits
+            them (see `rollout_ok`).
     """
 
     def __init__(
@@ -147,6 +149,7 @@ class PopulationEvaluator:
         frames_per_step: int | None = None,
         backend: str | None = None,
         env_kwargs: dict[str, Any] | None = None,
+        native_rollout: bool = True,
     ) -> None:
         if num_slots is not None and (
             isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 2
@@ -221,6 +224,21 @@ class PopulationEvaluator:
             dtype=dtype,
         )
         self.num_params = self.net.num_params
+        self.rollout_ok = (
+            native_rollout
+            and chosen == "native"
+            and arch == "mlp"
+            and len(self.net.layers) <= 2
+            and self.net.device.type == "cpu"
+            and dtype == "float32"
+        )
+        """Whether `evaluate` runs whole episodes in the engine (`NativeEnvPool.rollout`: the
+        network in C++, no Python per step) instead of the slot groups: for native envs and a
+        float32 mlp on the CPU with at most one hidden layer (linear, `hidden=()`, or one tanh
+        layer). The C++ policy computes in float64, so returns can differ from the slot groups'
+        float32 networks in the last digits, and an action chosen by argmax can differ where two
+        outputs tie that closely."""
+        self._rollout_pool: Any = None
         self.sizes = (num_slots // 2, num_slots - num_slots // 2)
         self._groups: list[_Group] = []
         self.frames = 0
@@ -286,6 +304,9 @@ class PopulationEvaluator:
         for g in self._groups:
             g.pool.close()
         self._groups = []
+        if self._rollout_pool is not None:
+            self._rollout_pool.close()
+            self._rollout_pool = None
 
     def __enter__(self) -> PopulationEvaluator:
         return self
@@ -349,7 +370,9 @@ class PopulationEvaluator:
                 raise ValueError("obs_stats needs vector observations (arch='mlp')")
             dim = self.net.obs_shape[0]
             self._sums = np.zeros((num_pairs, 2, dim), dtype=np.float64)
-        if num_pairs:
+        if num_pairs and self.rollout_ok:
+            self._rollouts(obs_norm)
+        elif num_pairs:
             self._ensure_pools(num_pairs)
             try:
                 for g, group in enumerate(self._groups):
@@ -375,6 +398,57 @@ class PopulationEvaluator:
             tot = self._sums.sum(axis=0)
             stats = ObsStats(float(self._lengths.sum()), tot[0], tot[1])
         return EvalResult(self._returns, self._lengths, owner, frames, stats)
+
+    # ---- native rollouts ----------------------------------------------------------------------
+
+    def _rollouts(self, obs_norm: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """Play every pair with `NativeEnvPool.rollout`, up to `max_envs` pairs per call; pair j
+        in an env reset with seed `seed + j`, as in the slot groups."""
+        num_pairs = self._owner.size
+        size = min(num_pairs, self.max_envs)
+        pool = self._rollout_pool
+        if pool is None or pool.num_envs < size:  # grown only: a smaller call pads
+            self.close()
+            threads = min(self.num_threads * len(self.sizes), size)
+            pool = self._rollout_pool = self._make(size, size, threads)
+        mean, std = obs_norm if obs_norm is not None else (None, None)
+        for start in range(0, num_pairs, pool.num_envs):
+            idx = np.arange(start, min(start + pool.num_envs, num_pairs))
+            weights = self._rollout_weights(self._params(self._owner[idx]))
+            pad = pool.num_envs - len(idx)
+            if pad:  # the spare envs replay the first pair; their results are dropped
+                weights = np.concatenate([weights, np.repeat(weights[:1], pad, axis=0)])
+            sums = None if self._sums is None else np.zeros((pool.num_envs, *self._sums.shape[1:]))
+            with self.timing("env"):
+                returns, lengths = pool.rollout(
+                    weights,
+                    hidden=self.net.layers[0].weight[1] if len(self.net.layers) == 2 else 0,
+                    obs_mean=mean,
+                    obs_std=std,
+                    obs_clip=5.0 if obs_norm is not None else None,
+                    squash=not self.net.discrete,
+                    seed=self._seed + start,
+                    obs_sums=sums,
+                )
+            self._returns[idx] = returns[: len(idx)]
+            self._lengths[idx] = lengths[: len(idx)]
+            if sums is not None and self._sums is not None:
+                self._sums[idx] = sums[: len(idx)]
+
+    def _rollout_weights(self, flat: torch.Tensor) -> np.ndarray:
+        """`PopulationNet` parameter rows -> `rollout`'s layout: each layer's weight (stored
+        `(in, out)`) transposed to `[out, in]`, then its bias."""
+        flat = torch.as_tensor(flat, dtype=torch.float32).cpu()
+        parts, k = [], 0
+        for lay in self.net.layers:
+            fan_in, fan_out = lay.weight
+            w = flat[:, k : k + fan_in * fan_out].reshape(-1, fan_in, fan_out)
+            parts += [
+                w.transpose(1, 2).reshape(len(flat), -1),
+                flat[:, k + fan_in * fan_out :][:, :fan_out],
+            ]
+            k += fan_in * fan_out + fan_out
+        return torch.cat(parts, dim=1).numpy()
 
     # ---- rounds (native and process pools) ----------------------------------------------------
 

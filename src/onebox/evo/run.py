@@ -57,6 +57,10 @@ class EvolveConfig:
     """torch intra-op threads for the networks on the CPU."""
     max_episode_steps: int | None = None
     """Episode cap in env steps (default: the env's time limit)."""
+    native_rollout: bool = True
+    """Evaluate with the engine's closed-loop rollouts (the network in C++, whole episodes, no
+    Python per step) where they fit: native envs and a linear or one-hidden-layer mlp, float32 on
+    the CPU. Returns agree with the torch networks' to float precision."""
     max_envs: int = 4096
     """Most envs held at once by native and process pools (one per queued episode; more episodes
     play in rounds). Atari pools hold one env per slot."""
@@ -133,6 +137,7 @@ def make_evaluator(config: AnyConfig) -> PopulationEvaluator:
         max_envs=config.max_envs,
         device=config.device,
         dtype=config.dtype,
+        native_rollout=config.native_rollout,
     )
 
 
