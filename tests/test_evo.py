@@ -384,3 +384,8 @@ def test_bench_evolve_writes_a_section(tmp_path: Path) -> None:
     assert code == 0
     text = out.read_text()
     assert "bench:evolve:CartPole-v1" in text and "one at a time" in text
+    assert "| native rollout |" not in text  # the default 64-64 mlp does not fit a rollout
+    argv = ["bench", "evolve", "--population", "40", "--num-slots", "16", "--seconds", "0.2",
+            "--hidden", "8", "--output", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert "| native rollout |" in out.read_text()

@@ -80,7 +80,11 @@ def resolve(config: EvolveBenchConfig) -> EvolveBenchConfig:
     )
 
 
-def _evaluator(config: EvolveBenchConfig, num_slots: int, num_threads: int) -> PopulationEvaluator:
+def _evaluator(
+    config: EvolveBenchConfig, num_slots: int, num_threads: int, native_rollout: bool = False
+) -> PopulationEvaluator:
+    """The evaluator measured: its slot groups (or, with `native_rollout`, the engine's rollouts
+    where the network fits them)."""
     population = config.population or 0
     return PopulationEvaluator(
         config.env,
@@ -92,31 +96,44 @@ def _evaluator(config: EvolveBenchConfig, num_slots: int, num_threads: int) -> P
         device=config.device,
         dtype=config.dtype,
         max_envs=max(num_slots, population),
+        native_rollout=native_rollout,
     )
+
+
+def _population_frames(ev: PopulationEvaluator, config: EvolveBenchConfig, warmup: int) -> float:
+    """Frames/s of whole-population evaluations for `config.seconds` (at least one), after a
+    warm-up evaluation of `warmup` individuals (which builds the pools)."""
+    base = config.seed
+    gen = np.random.default_rng(config.seed)
+
+    def params(idx: np.ndarray) -> torch.Tensor:
+        return torch.stack([ev.net.init_params(base + int(i)) for i in idx])
+
+    episodes = np.ones(config.population or 0, dtype=np.int64)
+    ev.evaluate(params, episodes[:warmup], seed=1)
+    ev.timing.reset()
+    frames, t0 = 0, time.perf_counter()
+    while True:
+        frames += ev.evaluate(params, episodes, seed=int(gen.integers(2**62))).frames
+        base += len(episodes)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= config.seconds:
+            return frames / elapsed
+
+
+def rollout_rate(config: EvolveBenchConfig) -> float | None:
+    """Frames/s of the evaluator's native-rollout path (the network in C++, whole episodes), or
+    None where the network does not fit it."""
+    with _evaluator(config, 2, 2 * config.num_threads, native_rollout=True) as ev:
+        return _population_frames(ev, config, config.population or 0) if ev.rollout_ok else None
 
 
 def population_rate(config: EvolveBenchConfig, num_slots: int) -> tuple[float, float, float, int]:
     """(population frames/s, env-only frames/s with the same pools, inference time fraction,
     parameters per network)."""
     with _evaluator(config, num_slots, config.num_threads) as ev:
-        base = config.seed
-        gen = np.random.default_rng(config.seed)
-
-        def params(idx: np.ndarray) -> torch.Tensor:
-            return torch.stack([ev.net.init_params(base + int(i)) for i in idx])
-
-        episodes = np.ones(config.population or 0, dtype=np.int64)
-        ev.evaluate(params, episodes[:num_slots], seed=1)  # warm-up, builds the pools
-        ev.timing.reset()
-        frames, t0 = 0, time.perf_counter()
-        while True:
-            frames += ev.evaluate(params, episodes, seed=int(gen.integers(2**62))).frames
-            base += len(episodes)
-            elapsed = time.perf_counter() - t0
-            if elapsed >= config.seconds:
-                break
+        pop = _population_frames(ev, config, warmup=num_slots)
         split = ev.timing.fractions()
-        pop = frames / elapsed
         env_only = _env_only(ev, config.seconds) * ev.frames_per_step
     return pop, env_only, split.get("inference", 0.0), ev.num_params
 
@@ -220,6 +237,12 @@ def run(config: EvolveBenchConfig) -> int:
                 f"{100 * infer:.0f}%",
             ]
         )
+    rollout = rollout_rate(config)
+    if rollout is not None:
+        rows.append(
+            ["native rollout", common.format_rate(rollout), "-", "-",
+             common.format_ratio(rollout / single), "-"]
+        )  # fmt: skip
     title = (
         f"{config.env}: population {config.population} of {config.arch} "
         f"{'-'.join(map(str, config.hidden))}, {config.num_threads} engine thread(s) per group, "
@@ -255,7 +278,10 @@ def run(config: EvolveBenchConfig) -> int:
             f"({params:,} parameters); env only: the same "
             "pools stepped with random actions, no network; one at a time: one env and one "
             "network, individual after individual. Inference share: the population run's time "
-            "in the networks (including parameter copies into slots).",
+            "in the networks (including parameter copies into slots). Native rollout (where the "
+            "network fits: a native env and a linear or one-tanh-layer mlp): the evaluator's "
+            "other path, whole episodes in the engine with the network in C++, on both groups' "
+            "threads.",
             "",
             *notes,
             f"1-minute load average when the run began: {load:.1f} (the machine is shared).",
