@@ -303,7 +303,7 @@ class AtariEnvPool(EnvPool):
         self._game_reset = np.zeros(n, dtype=bool)  # its next result is ALE's NextStep reset
         self._life_reset = np.zeros(n, dtype=bool)  # its next step replaces the action sent
         self._held = np.zeros(n, dtype=bool)  # received, waiting for its action
-        self._ids = np.arange(n, dtype=np.intp)  # every env, in order (read-only)
+        self._ids = np.arange(n, dtype=np.int32)  # every env, in order (read-only)
         self._ids.flags.writeable = False
         self._strength = np.ones(n, dtype=np.float32)  # ALE's paddle strength: always full
         self._actions = np.zeros(n, dtype=np.int64)  # actions sent while the batch is partial
@@ -323,7 +323,7 @@ class AtariEnvPool(EnvPool):
         if self._in_flight:  # steps sent but not received: collect and drop them
             self._ale_engine.recv()
             self._in_flight = 0
-        obs, info = self._ale_engine.reset(self._all_ids(), self._reset_seeds(seed))
+        obs, info = self._ale_engine.reset(self._ids, self._reset_seeds(seed))
         self._start(info)
         return obs, self._info(info, np.zeros(self.num_envs, dtype=bool))
 
@@ -392,7 +392,7 @@ class AtariEnvPool(EnvPool):
             if seed is None:
                 self._generation += 1
                 seeds = [_ale_seed(s, self._generation) for s in self._seeds]
-        obs, info = self._ale_engine.reset(self._all_ids(), seeds)
+        obs, info = self._ale_engine.reset(self._ids, seeds)
         self._start(info)
         self._held[:] = False
         self._game_reset[:] = True  # the other envs' reset results come out of ALE's recv
@@ -498,9 +498,6 @@ class AtariEnvPool(EnvPool):
                 f" < num_envs={self.num_envs}: use async_reset()/send()/recv(), or make it "
                 "without batch_size"
             )
-
-    def _all_ids(self) -> np.ndarray:
-        return np.arange(self.num_envs, dtype=np.int32)
 
     def _reset_seeds(self, seed: SeedLike) -> list[int]:
         """ALE seeds for a reset of every env: -1 keeps an env's random stream going."""

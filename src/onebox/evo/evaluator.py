@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 import onebox.envs
-from onebox.nn.population import Arch, DType, PopulationNet, default_arch
+from onebox.nn.population import OBS_CLIP, Arch, DType, PopulationNet, default_arch
 from onebox.run import TimeSplit
 
 ParamSource = torch.Tensor | Callable[[np.ndarray], torch.Tensor]
@@ -425,14 +425,14 @@ class PopulationEvaluator:
                     hidden=self.net.layers[0].weight[1] if len(self.net.layers) == 2 else 0,
                     obs_mean=mean,
                     obs_std=std,
-                    obs_clip=5.0 if obs_norm is not None else None,
+                    obs_clip=OBS_CLIP if obs_norm is not None else None,
                     squash=not self.net.discrete,
                     seed=self._seed + start,
                     obs_sums=sums,
                 )
             self._returns[idx] = returns[: len(idx)]
             self._lengths[idx] = lengths[: len(idx)]
-            if sums is not None and self._sums is not None:
+            if sums is not None:
                 self._sums[idx] = sums[: len(idx)]
 
     def _rollout_weights(self, flat: torch.Tensor) -> np.ndarray:
@@ -442,12 +442,10 @@ class PopulationEvaluator:
         parts, k = [], 0
         for lay in self.net.layers:
             fan_in, fan_out = lay.weight
-            w = flat[:, k : k + fan_in * fan_out].reshape(-1, fan_in, fan_out)
-            parts += [
-                w.transpose(1, 2).reshape(len(flat), -1),
-                flat[:, k + fan_in * fan_out :][:, :fan_out],
-            ]
-            k += fan_in * fan_out + fan_out
+            size = fan_in * fan_out
+            w = flat[:, k : k + size].reshape(-1, fan_in, fan_out).transpose(1, 2)
+            parts += [w.reshape(len(flat), -1), flat[:, k + size : k + size + fan_out]]
+            k += size + fan_out
         return torch.cat(parts, dim=1).numpy()
 
     # ---- rounds (native and process pools) ----------------------------------------------------

@@ -75,6 +75,9 @@ def _layers(arch: Arch, obs_shape: tuple[int, ...], hidden: tuple[int, ...], out
     raise ValueError(f"arch must be 'mlp' or 'cnn', got {arch!r}")
 
 
+OBS_CLIP = 5.0
+"""Normalized observations are clipped to [-OBS_CLIP, OBS_CLIP] before the mlp."""
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """`dtype` names -> torch dtypes."""
 
@@ -195,7 +198,7 @@ class PopulationNet:
         return torch.cat([t[slots].flatten(1) for t in self._tensors], dim=1).float().cpu()
 
     def set_obs_norm(self, mean: np.ndarray | None, std: np.ndarray | None) -> None:
-        """Normalize observations as clip((obs - mean) / std, -5, 5) before the network (mlp)."""
+        """Normalize observations as clip((obs - mean) / std, -OBS_CLIP, OBS_CLIP) (mlp)."""
         if mean is None or std is None:
             self.obs_mean = self.obs_std = None
             return
@@ -227,7 +230,7 @@ class PopulationNet:
             x = x.to(self.dtype) / 255.0
         else:
             if self.obs_mean is not None:
-                x = ((x.float() - self.obs_mean) / self.obs_std).clamp_(-5.0, 5.0)
+                x = ((x.float() - self.obs_mean) / self.obs_std).clamp_(-OBS_CLIP, OBS_CLIP)
             x = x.to(self.dtype)
         last = len(self.layers) - 1
         for k, lay in enumerate(self.layers):
