@@ -101,6 +101,23 @@ def test_rgb_frames_are_stacked_channels_first_as_envpool() -> None:
             )
 
 
+def test_reset_of_some_envs_restarts_their_count() -> None:
+    with envpool.make_gymnasium("Pong-v5", num_envs=2, num_threads=1) as envs:
+        envs.reset()
+        for _ in range(3):
+            envs.step(np.zeros(2, dtype=np.int64))
+        obs, info = envs.reset(np.array([1]))
+        assert obs.shape == (1, 4, 84, 84) and list(info["env_id"]) == [1]
+        assert list(info["elapsed_step"]) == [0]
+        *_, info = envs.step(np.zeros(2, dtype=np.int64))
+        assert list(info["elapsed_step"]) == [4, 1]
+    with (
+        envpool.make_gymnasium("CartPole-v1", num_envs=2) as envs,
+        pytest.raises(ValueError, match="needs an Atari pool"),
+    ):
+        envs.reset(np.array([1]))
+
+
 def test_unsupported_arguments_are_named() -> None:
     with pytest.raises(TypeError, match=r"stak_num.*Did you mean stack_num"):
         envpool.make("Pong-v5", "gymnasium", stak_num=4)

@@ -95,9 +95,14 @@ def make(task_id: str, env_type: str, **kwargs: Any) -> GymnasiumEnvPool | GymEn
     batch_size = args.pop("batch_size", 0) or None  # EnvPool: 0 is num_envs
     num_threads = args.pop("num_threads", 0) or None  # 0 lets the pool choose
     seed = args.pop("seed", 42)
-    reset_info = args.pop("gym_reset_return_info", False)
     steps = args.pop("max_episode_steps", None)
-    reward_clip = bool(args.pop("reward_clip", False)) if atari else False
+    affinity = {k: args.pop(k) for k in ["thread_affinity_offset"] if k in args}
+    flags = {"gym_reset_return_info": args.pop("gym_reset_return_info", False)}
+    if atari:
+        flags["reward_clip"] = args.pop("reward_clip")
+    for name, value in flags.items():
+        if not isinstance(value, bool | np.bool_):
+            raise TypeError(f"{name} takes a bool, got {value!r}")
     if atari:
         unknown = [name for name in args if name not in ATARI_ARGS]
         if unknown:
@@ -117,13 +122,19 @@ def make(task_id: str, env_type: str, **kwargs: Any) -> GymnasiumEnvPool | GymEn
         options = dict(args)  # the env's own options, checked by its pool
         if steps is not None:
             options["max_episode_steps"] = steps
+    options.update(affinity)
     first_seed = None
     if isinstance(seed, Sequence | np.ndarray) and not isinstance(seed, str | bytes):
         first_seed, seed = list(seed), 0  # one per env: given to the first reset
     pool = onebox.envs.make(task_id, num_envs, batch_size, num_threads, seed, **options)
     cls = GymEnvPool if env_type == "gym" else GymnasiumEnvPool
-    return cls(pool, atari=atari, reward_clip=reward_clip, first_seed=first_seed,
-               reset_info=bool(reset_info))  # fmt: skip
+    return cls(pool, atari=atari, reward_clip=bool(flags.get("reward_clip", False)),
+               first_seed=first_seed, reset_info=bool(flags["gym_reset_return_info"]))  # fmt: skip
+
+
+def list_all_envs() -> list[str]:
+    """Every env id `make` takes (EnvPool's `list_all_envs`): onebox's, see `onebox envs`."""
+    return onebox.envs.list_envs()
 
 
 def make_gym(task_id: str, **kwargs: Any) -> GymEnvPool:
@@ -258,7 +269,6 @@ class _EnvPoolAPI:
         """Reset every env; the first observations come out of `recv`."""
         self._pool.async_reset(seed=self._seed(None))
         self._game_reset[:] = True
-        self._life_reset[:] = False
 
     def _step(self, action: Any, env_id: Any) -> tuple[Any, ...]:
         if env_id is None and not self.is_async:
@@ -280,8 +290,7 @@ class GymnasiumEnvPool(_EnvPoolAPI, VectorEnv):
         self, env_id: Any = None, *, seed: Any = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """Reset envs `env_id` (default: all; some: Atari only); returns `(obs, info)`."""
-        obs, info = self._reset(env_id, seed, options)
-        return obs, info
+        return self._reset(env_id, seed, options)
 
     def step(self, action: Any, env_id: Any = None) -> tuple[Any, ...]:
         """`send(action, env_id)` then `recv()`: `(obs, reward, terminated, truncated, info)`."""
