@@ -33,5 +33,6 @@ start, for R2D2 (see `onebox.replay.sequence`).
 """
 
 from onebox.replay.buffer import ReplayBatch, ReplayBuffer
+from onebox.replay.sequence import SequenceBatch, SequenceReplay, mixed_priority
 
-__all__ = ["ReplayBatch", "ReplayBuffer"]
+__all__ = ["ReplayBatch", "ReplayBuffer", "SequenceBatch", "SequenceReplay", "mixed_priority"]

@@ -219,6 +219,22 @@ class ReplayBuffer:
             offset = self.tail[env] + u - (ends[env] - counts[env])
             slots = env * self.per_env + offset % self.per_env
             weights = np.ones(batch_size, dtype=np.float32)
+        return self._gather(slots, weights)
+
+    def live_indices(self) -> np.ndarray:
+        """The slots that hold transitions, env by env, oldest first."""
+        parts = [
+            e * self.per_env + np.arange(self.tail[e], self.head[e]) % self.per_env
+            for e in range(self.num_envs)
+        ]
+        return np.concatenate(parts).astype(np.int64)
+
+    def get(self, indices: Any) -> ReplayBatch:
+        """The transitions in slots `indices` (weights 1), e.g. from `live_indices()`."""
+        slots = self._check_indices(indices)
+        return self._gather(slots, np.ones(len(slots), dtype=np.float32))
+
+    def _gather(self, slots: np.ndarray, weights: np.ndarray) -> ReplayBatch:
         t = self.table
         if self.frames is not None:
             env = slots // self.per_env
@@ -236,10 +252,7 @@ class ReplayBuffer:
             indices=slots,
         )
 
-    def update_priorities(self, indices: Any, priorities: Any) -> None:
-        """New priorities for sampled slots from TD errors: (|td| + eps) ** alpha."""
-        if self.priorities is None:
-            raise ValueError("update_priorities() on a uniform table (prioritized=False)")
+    def _check_indices(self, indices: Any) -> np.ndarray:
         indices = np.asarray(indices)
         if indices.dtype.kind not in "iu" or indices.ndim != 1:
             raise ValueError(
@@ -247,6 +260,13 @@ class ReplayBuffer:
             )
         if indices.size and (indices.min() < 0 or indices.max() >= self.capacity):
             raise IndexError(f"indices must be slots in [0, {self.capacity})")
+        return indices.astype(np.int64)
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """New priorities for sampled slots from TD errors: (|td| + eps) ** alpha."""
+        if self.priorities is None:
+            raise ValueError("update_priorities() on a uniform table (prioritized=False)")
+        indices = self._check_indices(indices)
         self.priorities.update(indices, np.asarray(priorities).reshape(-1))
 
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -58,12 +58,12 @@ class Priorities:
 
     def add(self, slots: np.ndarray, td: np.ndarray | None = None) -> None:
         """New items in `slots`: priority from `td` where given and not NaN, else the max seen."""
-        raw = np.full(len(slots), self.max_priority)
-        if td is not None:
-            given = ~np.isnan(td)
+        given = np.zeros(len(slots), dtype=bool) if td is None else ~np.isnan(td)
+        raw = np.empty(len(slots))
+        if given.any():
             raw[given] = self._raw(td[given], int(given.sum()))
-            if given.any():
-                self.max_priority = max(self.max_priority, float(raw[given].max()))
+            self.max_priority = max(self.max_priority, float(raw[given].max()))
+        raw[~given] = self.max_priority
         self.tree.set(slots, raw**self.alpha)
 
     def remove(self, slots: np.ndarray) -> None:
