@@ -248,7 +248,9 @@ def test_frame_dedup_short_episodes_drop_the_oldest_never_a_wrong_stack():
         frame = rng.integers(1, 255, size=(num_envs, 2, 2), dtype=np.uint8)
         nxt = np.concatenate([stacks[:, 1:], frame[:, None]], axis=1)
         term = rng.random(num_envs) < 0.5
-        buf.add(stacks, np.arange(num_envs) * 1000 + t, np.ones(num_envs), term, np.zeros(2, bool), nxt)
+        buf.add(
+            stacks, np.arange(num_envs) * 1000 + t, np.ones(num_envs), term, np.zeros(2, bool), nxt
+        )
         for e in range(num_envs):
             seen[e * 1000 + t] = stacks[e].copy()
         stacks = nxt.copy()
@@ -262,3 +264,190 @@ def test_frame_dedup_short_episodes_drop_the_oldest_never_a_wrong_stack():
     held = buf.priorities.tree.get(np.arange(buf.capacity)) > 0
     np.testing.assert_array_equal(np.flatnonzero(held), np.sort(buf.live_indices()))
     assert np.isin(buf.sample(32).indices, buf.live_indices()).all()
+
+
+# ---- sequences -------------------------------------------------------------------------------
+
+
+def test_sequence_state_replayed_through_burn_in_is_the_actors():
+    """An LSTM actor over 2 envs with episode ends (its state zeroed at each start); every stored
+    sequence, unrolled from its stored (h, c), reproduces the actor's states step by step, so the
+    state after the burn-in is the one the actor had there. Sequences never cross episodes."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(3, 8)
+    rng = np.random.default_rng(0)
+    num_envs, seq_len, overlap, burn_in = 2, 10, 5, 4
+    seq = SequenceReplay(
+        64, (3,), np.float32, (), np.int64, num_envs, 8, seq_len=seq_len, overlap=overlap,
+        burn_in=burn_in,
+    )  # fmt: skip
+    h = torch.zeros(1, num_envs, 8)
+    c = torch.zeros(1, num_envs, 8)
+    states, episode = {}, np.zeros(num_envs, dtype=int)
+    obs = rng.standard_normal((num_envs, 3)).astype(np.float32)
+    for t in range(60):
+        term = rng.random(num_envs) < 0.04
+        trunc = (rng.random(num_envs) < 0.03) & ~term
+        nxt = rng.standard_normal((num_envs, 3)).astype(np.float32)
+        for e in range(num_envs):
+            states[(e, t)] = (h[0, e].numpy().copy(), c[0, e].numpy().copy(), episode[e])
+        seq.add(obs, 100 * np.arange(num_envs) + t, rng.random(num_envs), term, trunc, nxt,
+                (h[0].numpy(), c[0].numpy()))  # fmt: skip
+        with torch.no_grad():
+            _, (h, c) = lstm(torch.from_numpy(obs)[None], (h, c))
+        done = torch.from_numpy(term | trunc)
+        h[:, done] = 0
+        c[:, done] = 0
+        episode += term | trunc
+        obs = nxt
+    b = seq.get(np.arange(len(seq)))
+    assert len(seq) >= 10 and not b.mask.all()  # some padded sequences (episode ends)
+    for i in range(len(seq)):
+        valid = np.flatnonzero(b.mask[i])
+        assert valid.tolist() == list(range(len(valid)))
+        ids = b.actions[i, valid]
+        e, t0 = divmod(int(ids[0]), 100)
+        assert ids.tolist() == list(range(ids[0], ids[0] + len(valid)))  # consecutive steps
+        ep = {states[(e, t0 + j)][2] for j in range(len(valid))}
+        assert len(ep) == 1  # one episode
+        ep_start = min(t for (e2, t), st in states.items() if e2 == e and st[2] in ep)
+        assert (t0 - ep_start) % (seq_len - overlap) == 0 or len(valid) < seq_len
+        hs, cs = (
+            torch.from_numpy(b.hidden[0][i])[None, None],
+            torch.from_numpy(b.hidden[1][i])[None, None],
+        )
+        np.testing.assert_array_equal(hs[0, 0].numpy(), states[(e, t0)][0])
+        with torch.no_grad():
+            for j in range(len(valid)):
+                h_true, c_true, _ = states[(e, t0 + j)]
+                np.testing.assert_allclose(hs[0, 0].numpy(), h_true, atol=1e-6)
+                np.testing.assert_allclose(cs[0, 0].numpy(), c_true, atol=1e-6)
+                x = torch.from_numpy(b.obs[i, j])[None, None]
+                _, (hs, cs) = lstm(x, (hs, cs))
+        assert not b.obs[i, len(valid) + 1 :].any() and not b.rewards[i, len(valid) :].any()
+
+
+def test_sequence_windows_overlap_and_end_partial():
+    """One env, seq_len 4, overlap 2: an episode of 9 steps gives [0, 4), [2, 6), [4, 8) and the
+    unfinished [6, 9) padded; the obs after the last step is the final obs."""
+    seq = SequenceReplay(16, (1,), np.float32, (), np.int64, 1, 2, seq_len=4, overlap=2, burn_in=1)
+    zero = np.zeros((1, 2), np.float32)
+    for t in range(9):
+        o = np.full((1, 1), t, np.float32)
+        end = np.array([t == 8])
+        nxt = np.full((1, 1), 100 if t == 8 else t + 1, np.float32)
+        seq.add(o, [t], [1.0], end, np.zeros(1, bool), nxt, (zero, zero))
+    b = seq.get(np.arange(len(seq)))
+    assert [r[m].tolist() for r, m in zip(b.actions, b.mask, strict=True)] == [
+        [0, 1, 2, 3], [2, 3, 4, 5], [4, 5, 6, 7], [6, 7, 8],
+    ]  # fmt: skip
+    assert b.obs[0, :, 0].tolist() == [0, 1, 2, 3, 4]
+    assert b.obs[3, :, 0].tolist() == [6, 7, 8, 100, 0]
+    assert b.terminated[3].tolist() == [False, False, True, False]
+    assert np.allclose(
+        mixed_priority(np.array([[1.0, 3.0, 9.0]]), np.array([[1, 1, 0]], bool)), 0.9 * 3 + 0.1 * 2
+    )
+
+
+# ---- save and load ---------------------------------------------------------------------------
+
+
+def fill(buf: ReplayBuffer, steps: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    k = buf.frame_stack
+    stacks = rng.integers(0, 255, size=(buf.num_envs, *buf.obs_shape), dtype=np.uint8)
+    for t in range(steps):
+        nxt = np.concatenate(
+            [stacks[:, 1:], rng.integers(0, 255, (buf.num_envs, 1, 3, 3), np.uint8)], 1
+        )
+        term = rng.random(buf.num_envs) < 0.1
+        buf.add(stacks, np.full(buf.num_envs, t), rng.random(buf.num_envs), term,
+                np.zeros(buf.num_envs, bool), nxt)  # fmt: skip
+        stacks = np.where(
+            term[:, None, None, None], rng.integers(0, 255, stacks.shape, np.uint8), nxt
+        )
+    assert k == stacks.shape[1]
+
+
+def test_save_load_round_trip_samples_the_same(tmp_path):
+    args = dict(capacity=60, obs_shape=(4, 3, 3), obs_dtype=np.uint8, action_shape=(),
+                action_dtype=np.int64, num_envs=3, n_step=3, prioritized=True, frame_stack=4)  # fmt: skip
+    a = ReplayBuffer(**args, seed=5)
+    fill(a, 50, 0)
+    b0 = a.sample(16)
+    a.update_priorities(b0.indices, np.arange(16.0))
+    a.save(tmp_path / "replay.npz")
+    b = ReplayBuffer(**args, seed=99)
+    b.load(tmp_path / "replay.npz")
+    for _ in range(3):  # same draws, and the same after more steps
+        x, y = a.sample(32), b.sample(32)
+        for name in ("obs", "actions", "returns", "next_obs", "discounts", "weights", "indices"):
+            np.testing.assert_array_equal(getattr(x, name), getattr(y, name))
+        fill(a, 5, 1)
+        fill(b, 5, 1)
+    with pytest.raises(ValueError, match="other arguments"):
+        ReplayBuffer(**{**args, "n_step": 2}).load(tmp_path / "replay.npz")
+
+    s = SequenceReplay(8, (2,), np.float32, (), np.int64, 1, 4, seq_len=4, overlap=2, burn_in=2)
+    z = np.zeros((1, 4), np.float32)
+    for t in range(12):
+        o = np.full((1, 2), t, np.float32)
+        s.add(o, [t], [1.0], np.array([t == 6]), np.zeros(1, bool), o + 1, (z + t, z))
+    s.save(tmp_path / "seq.npz")
+    s2 = SequenceReplay(8, (2,), np.float32, (), np.int64, 1, 4, seq_len=4, overlap=2, burn_in=2)
+    s2.load(tmp_path / "seq.npz")
+    x, y = s.sample(8), s2.sample(8)
+    np.testing.assert_array_equal(x.obs, y.obs)
+    np.testing.assert_array_equal(x.hidden[0], y.hidden[0])
+    np.testing.assert_array_equal(x.indices, y.indices)
+
+
+# ---- bad input -------------------------------------------------------------------------------
+
+
+def test_bad_input_is_a_clear_error():
+    def make(**kw):
+        args = dict(capacity=8, obs_shape=(2,), obs_dtype=np.float32, action_shape=(),
+                    action_dtype=np.int64, num_envs=2)  # fmt: skip
+        return ReplayBuffer(**{**args, **kw})
+
+    with pytest.raises(ValueError, match="n_step"):
+        make(n_step=0)
+    with pytest.raises(ValueError, match="alpha"):
+        make(prioritized=True, alpha=1.5)
+    with pytest.raises(ValueError, match="beta"):
+        make(prioritized=True, beta=-0.1)
+    with pytest.raises(ValueError, match="gamma"):
+        make(gamma=1.1)
+    with pytest.raises(ValueError, match="at least num_envs"):
+        make(capacity=1)
+    with pytest.raises(ValueError, match="frame_stack"):
+        make(frame_stack=4)
+    buf = make(prioritized=True)
+    o, f = np.zeros((2, 2), np.float32), np.zeros(2, bool)
+    with pytest.raises(ValueError, match="empty"):
+        buf.sample(4)
+    buf.add(o, [0, 1], [0, 0], f, f, o)
+    with pytest.raises(ValueError, match="larger than the capacity"):
+        buf.sample(9)
+    with pytest.raises(ValueError, match="obs must be float32 of shape"):
+        buf.add(o.astype(np.float64), [0, 1], [0, 0], f, f, o)
+    with pytest.raises(ValueError, match=r"next_obs must be float32 of shape \(2, 2\)"):
+        buf.add(o, [0, 1], [0, 0], f, f, o[:1])
+    with pytest.raises(ValueError, match="actions must have shape"):
+        buf.add(o, [0, 1, 2], [0, 0], f, f, o)
+    with pytest.raises(TypeError, match="actions must have dtype int64"):
+        buf.add(o, [0.5, 1.0], [0, 0], f, f, o)
+    with pytest.raises(ValueError, match="terminated must be a bool"):
+        buf.add(o, [0, 1], [0, 0], [0, 1], f, o)
+    with pytest.raises(ValueError, match="finite"):
+        buf.update_priorities(buf.live_indices(), [np.nan, 1.0])
+    with pytest.raises(IndexError, match="slots"):
+        buf.update_priorities([8], [1.0])
+    with pytest.raises(ValueError, match="uniform"):
+        make().update_priorities([0], [1.0])
+    with pytest.raises(ValueError, match="burn_in"):
+        SequenceReplay(8, (2,), np.float32, (), np.int64, 1, 4, seq_len=10, overlap=5, burn_in=10)
+    with pytest.raises(ValueError, match="overlap"):
+        SequenceReplay(8, (2,), np.float32, (), np.int64, 1, 4, seq_len=10, overlap=10, burn_in=2)
