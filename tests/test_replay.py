@@ -56,7 +56,7 @@ def test_sum_tree_sampling_frequencies_chi_square():
     tree.set(np.arange(k), p)
     counts = np.zeros(k)
     for _ in range(batches):
-        counts += np.bincount(tree.sample_stratified(512, rng), minlength=k)
+        counts += np.bincount(tree.sample_stratified(512, rng)[0], minlength=k)
     draws = counts.sum()
     critical = chi2_critical(k - 1, 3.719)
 
@@ -73,7 +73,7 @@ def test_sum_tree_sampling_frequencies_chi_square():
 def test_stratified_sampling_one_draw_per_segment():
     tree = SumTree(2)
     tree.set(np.arange(2), np.array([1.0, 3.0]))
-    idx = tree.sample_stratified(4, np.random.default_rng(0))
+    idx, _ = tree.sample_stratified(4, np.random.default_rng(0))
     np.testing.assert_array_equal(np.sort(idx), [0, 1, 1, 1])  # exactly the shares
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from onebox.replay.checks import as_batch, check_flags, check_obs
+from onebox.replay.gather import take
 from onebox.replay.persist import (
     check_config,
     config_array,
@@ -240,14 +241,14 @@ class SequenceReplay:
         return self._gather(slots, np.ones(len(slots), dtype=np.float32))
 
     def _gather(self, slots: np.ndarray, weights: np.ndarray) -> SequenceBatch:
-        tab = self.table
+        tab = {name: take(value, slots) for name, value in self.table.items()}
         return SequenceBatch(
-            obs=tab["obs"][slots],
-            actions=tab["actions"][slots],
-            rewards=tab["rewards"][slots],
-            terminated=tab["terminated"][slots],
-            mask=tab["mask"][slots],
-            hidden=(tab["h"][slots], tab["c"][slots]),
+            obs=tab["obs"],
+            actions=tab["actions"],
+            rewards=tab["rewards"],
+            terminated=tab["terminated"],
+            mask=tab["mask"],
+            hidden=(tab["h"], tab["c"]),
             weights=weights,
             indices=slots,
         )
