@@ -451,3 +451,13 @@ def test_bad_input_is_a_clear_error():
         SequenceReplay(8, (2,), np.float32, (), np.int64, 1, 4, seq_len=10, overlap=5, burn_in=10)
     with pytest.raises(ValueError, match="overlap"):
         SequenceReplay(8, (2,), np.float32, (), np.int64, 1, 4, seq_len=10, overlap=10, burn_in=2)
+
+
+def test_bench_replay_runs(capsys):
+    pytest.importorskip("cpprb")
+    from onebox import cli
+
+    argv = ["bench", "replay", "--capacity", "2048", "--rounds", "1", "--seconds", "0.05"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "cpprb" in out and "bytes/transition" in out and "7,563" in out
