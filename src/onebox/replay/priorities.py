@@ -58,11 +58,13 @@ class Priorities:
 
     def add(self, slots: np.ndarray, td: np.ndarray | None = None) -> None:
         """New items in `slots`: priority from `td` where given and not NaN, else the max seen."""
-        given = np.zeros(len(slots), dtype=bool) if td is None else ~np.isnan(td)
+        if td is None or np.isnan(td).all():
+            self.tree.set(slots, np.full(len(slots), self.max_priority**self.alpha))
+            return
+        given = ~np.isnan(td)
         raw = np.empty(len(slots))
-        if given.any():
-            raw[given] = self._raw(td[given], int(given.sum()))
-            self.max_priority = max(self.max_priority, float(raw[given].max()))
+        raw[given] = self._raw(td[given], int(given.sum()))
+        self.max_priority = max(self.max_priority, float(raw[given].max()))
         raw[~given] = self.max_priority
         self.tree.set(slots, raw**self.alpha)
 
