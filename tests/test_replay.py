@@ -261,9 +261,23 @@ def test_frame_dedup_short_episodes_drop_the_oldest_never_a_wrong_stack():
     b = buf.get(buf.live_indices())
     for o, a in zip(b.obs, b.actions, strict=True):
         np.testing.assert_array_equal(o, seen[int(a)])
-    held = buf.priorities.tree.get(np.arange(buf.capacity)) > 0
-    np.testing.assert_array_equal(np.flatnonzero(held), np.sort(buf.live_indices()))
-    assert np.isin(buf.sample(32).indices, buf.live_indices()).all()
+
+    def held() -> np.ndarray:
+        return np.flatnonzero(buf.priorities.tree.get(np.arange(buf.capacity)) > 0)
+
+    np.testing.assert_array_equal(held(), np.sort(buf.live_indices()))
+    batch = buf.sample(32)
+    assert np.isin(batch.indices, buf.live_indices()).all()
+    # slots that left between sampling and the priority update stay out of the table
+    for t in range(300, 310):
+        frame = rng.integers(1, 255, size=(num_envs, 2, 2), dtype=np.uint8)
+        nxt = np.concatenate([stacks[:, 1:], frame[:, None]], axis=1)
+        buf.add(stacks, [t, 1000 + t], np.ones(2), np.ones(2, bool), np.zeros(2, bool), nxt)
+        stacks = np.zeros_like(stacks)
+        stacks[:, -1] = frame
+    assert not np.isin(batch.indices, buf.live_indices()).all()
+    buf.update_priorities(batch.indices, np.ones(32))
+    np.testing.assert_array_equal(held(), np.sort(buf.live_indices()))
 
 
 # ---- sequences -------------------------------------------------------------------------------
@@ -345,6 +359,10 @@ def test_sequence_windows_overlap_and_end_partial():
     assert b.obs[0, :, 0].tolist() == [0, 1, 2, 3, 4]
     assert b.obs[3, :, 0].tolist() == [6, 7, 8, 100, 0]
     assert b.terminated[3].tolist() == [False, False, True, False]
+    seq.update_priorities(np.array([1, 3]), mixed_priority(np.ones((2, 4)), b.mask[[1, 3]]))
+    np.testing.assert_allclose(
+        seq.priorities.tree.get([0, 1, 2, 3]), [1, (1 + 1e-6) ** 0.9, 1, (1 + 1e-6) ** 0.9]
+    )
     assert np.allclose(
         mixed_priority(np.array([[1.0, 3.0, 9.0]]), np.array([[1, 1, 0]], bool)), 0.9 * 3 + 0.1 * 2
     )
