@@ -96,11 +96,12 @@ class SequenceReplay:
                 f"burn_in ({burn_in}) must be >= 0 and smaller than seq_len ({seq_len}): "
                 "the learner needs steps after the burn-in to train on"
             )
-        if num_envs < 1 or capacity < 1 or hidden_size < 1:
+        if num_envs < 1 or hidden_size < 1:
             raise ValueError(
-                "capacity, num_envs and hidden_size must be >= 1, got "
-                f"{capacity}, {num_envs}, {hidden_size}"
+                f"num_envs and hidden_size must be >= 1, got {num_envs}, {hidden_size}"
             )
+        if capacity < num_envs:
+            raise ValueError(f"capacity ({capacity}) must be at least num_envs ({num_envs})")
         check_priority_args(alpha, beta, beta_steps, eps)
         self.config = {
             "capacity": int(capacity), "obs_shape": obs_shape, "obs_dtype": np.dtype(obs_dtype).str,
@@ -198,14 +199,10 @@ class SequenceReplay:
         ring = steps % L
         valid = np.arange(L) < length[:, None]
         slots = (self.written + np.arange(len(envs))) % self.capacity
-        for name in ("actions", "rewards", "terminated"):
+        for name in ("obs", "actions", "rewards", "terminated"):
             value = st[name][envs[:, None], ring]
-            tab[name][slots] = np.where(
-                valid.reshape(*valid.shape, *[1] * (value.ndim - 2)), value, 0
-            )
-        obs = st["obs"][envs[:, None], ring]
-        obs[~valid] = 0
-        tab["obs"][slots, :L] = obs
+            value[~valid] = 0
+            tab[name][slots, :L] = value
         tab["obs"][slots, L] = 0
         tab["obs"][slots, length] = last
         tab["mask"][slots] = valid
