@@ -10,7 +10,7 @@ import numpy as np
 from onebox.replay.checks import as_batch, check_flags, check_obs
 from onebox.replay.frames import FrameStore
 from onebox.replay.gather import take
-from onebox.replay.nstep import NStepStaging
+from onebox.replay.nstep import NStepStaging, check_nstep_args
 from onebox.replay.persist import (
     check_config,
     config_array,
@@ -75,6 +75,7 @@ class ReplayBuffer:
             raise ValueError(
                 f"frame_stack={frame_stack} needs obs_shape (frame_stack, H, W, ...), got {obs_shape}"
             )
+        check_nstep_args(n_step, gamma)
         check_priority_args(alpha, beta, beta_steps, eps)
         self.config = {
             "capacity": int(capacity), "obs_shape": obs_shape, "obs_dtype": np.dtype(obs_dtype).str,

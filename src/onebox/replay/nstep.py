@@ -25,6 +25,14 @@ class Emitted:
     discounts: np.ndarray  # (m,) float64: gamma**steps, 0 if terminated within them
 
 
+def check_nstep_args(n_step: int, gamma: float) -> None:
+    """Raise ValueError naming the argument that is out of range."""
+    if n_step < 1:
+        raise ValueError(f"n_step must be >= 1 (1: one-step transitions), got {n_step}")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+
+
 class NStepStaging:
     """Up to `n_step` staged steps per env, each with `fields` (name -> (shape, dtype))."""
 
@@ -35,10 +43,7 @@ class NStepStaging:
         gamma: float,
         fields: dict[str, tuple[tuple[int, ...], np.dtype]],
     ) -> None:
-        if n_step < 1:
-            raise ValueError(f"n_step must be >= 1, got {n_step}")
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        check_nstep_args(n_step, gamma)
         self.num_envs, self.n_step, self.gamma = num_envs, int(n_step), float(gamma)
         self.data = {
             name: np.zeros((num_envs, n_step, *shape), dtype=dtype)
