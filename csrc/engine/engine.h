@@ -108,7 +108,8 @@ class Engine {
   void Close();
   // Closed loop: every env runs one whole episode (from a fresh reset) with its own policy
   // parameters, on all threads; results in rollout_returns() and rollout_lengths(). Afterwards
-  // each env needs a reset, which its next step does (as after an episode end).
+  // each env needs a reset, which its next step does (as after an episode end; with autoreset
+  // disabled, ResetEnvs or Reset must).
   void Rollout(const RolloutPolicy& policy, const std::vector<uint64_t>& seeds);
   // Parameters of one rollout policy with `hidden` tanh units (0: linear).
   int64_t PolicyParams(int hidden) const;

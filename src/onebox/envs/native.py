@@ -456,7 +456,8 @@ class NativeEnvPool(EnvPool):
         Returns:
             (returns, lengths): float64 episode returns (NaN if the policy output was NaN) and
             int64 episode lengths, one per env. Afterwards every env needs a reset, which the next
-            `step` does by itself (as after an episode end); `reset()` also works.
+            `step` does by itself (as after an episode end; with autoreset disabled, call
+            `reset()`); `reset()` also works.
         """
         size = self.policy_size(hidden)
         w = np.asarray(weights)
