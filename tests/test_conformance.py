@@ -329,6 +329,30 @@ def test_record_episode_statistics_and_dict_info_to_list(backend, env_id, kwargs
         assert envs.env.episode_count == np.concatenate(dones).sum()
 
 
+@pytest.mark.parametrize("backend", ["native", "process"])
+def test_record_episode_statistics_with_disabled_autoreset(backend):
+    """The caller resets ended envs with reset_mask; the wrapper restarts only their statistics
+    (it reads the mask after the pool's reset: the pool must leave `options` as it was)."""
+    with pool(backend, "CartPole-v1", autoreset_mode="Disabled") as raw:
+        envs = vw.RecordEpisodeStatistics(raw)
+        envs.reset(seed=0)
+        sample = actions_of(envs, 0)
+        rewards, dones, stats = [], [], []
+        for _ in range(STEPS):
+            _, r, term, trunc, info = envs.step(sample())
+            d = term | trunc
+            rewards.append(r)
+            dones.append(d)
+            stats.append(info["episode"]["r"][d] if d.any() else np.zeros(0))
+            if d.any():
+                envs.reset(options={"reset_mask": d})
+        assert np.concatenate(dones).sum() >= 2
+        # as in SameStep, every step counts towards an episode: no reset steps
+        by_hand = hand_returns(rewards, dones, AutoresetMode.SAME_STEP)
+        for got, (want, _) in zip(stats, by_hand, strict=True):
+            np.testing.assert_allclose(got, want)
+
+
 @pytest.mark.parametrize(("backend", "env_id", "kwargs"), WRAPPED)
 @pytest.mark.parametrize("mode", MODES)
 def test_normalize_observation_and_reward(backend, env_id, kwargs, mode):
