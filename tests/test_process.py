@@ -161,7 +161,13 @@ def split_info(info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The pool's own keys (env_id, episode statistics) and the rest, which Gymnasium also has."""
     own = {
         k: info.pop(k)
-        for k in ("env_id", "episode_return", "episode_length", "_episode")
+        for k in (
+            "env_id",
+            "episode_return",
+            "episode_length",
+            "_episode_return",
+            "_episode_length",
+        )
         if k in info
     }
     return own, info
@@ -210,12 +216,13 @@ def test_cartpole_matches_sync_vector_env(mode):
             lengths += reward != 0  # CartPole pays 1 per step; reset steps pay 0
             done = term | trunc
             if done.any():
-                np.testing.assert_array_equal(own["_episode"], done)
+                np.testing.assert_array_equal(own["_episode_return"], done)
+                np.testing.assert_array_equal(own["_episode_length"], done)
                 np.testing.assert_array_equal(own["episode_return"][done], returns[done])
                 np.testing.assert_array_equal(own["episode_length"][done], lengths[done])
                 returns[done], lengths[done] = 0, 0
             else:
-                assert "_episode" not in own
+                assert "_episode_return" not in own and "_episode_length" not in own
             ended["terminated"] += int(term.sum())
             ended["truncated"] += int(trunc.sum())
         assert min(ended.values()) >= 3, ended
@@ -331,13 +338,9 @@ def test_copy_false_returns_views_that_the_next_call_overwrites():
         np.testing.assert_array_equal(obs0, saved)
 
 
-def test_step_before_reset_resets_with_the_constructor_seed():
+def test_first_reset_uses_the_constructor_seed():
     with make("CartPole-v1", 3, seed=7) as a, make("CartPole-v1", 3) as b:
-        obs, reward, *_ = a.step(np.zeros(3, np.int64))
-        np.testing.assert_array_equal(obs, b.reset(seed=7)[0])
-        assert (reward == 0).all()
-    with make("CartPole-v1", 3, seed=7) as a:
-        np.testing.assert_array_equal(a.reset()[0], obs)  # first reset: the constructor seed
+        np.testing.assert_array_equal(a.reset()[0], b.reset(seed=7)[0])
 
 
 def test_render_returns_each_envs_frame_in_env_order():
@@ -466,7 +469,7 @@ def test_close_and_garbage_collection_stop_the_workers():
     pids = [p.proc.pid for p in pool._procs]
     shm = f"/dev/shm/{pool._block.name}"
     assert os.path.exists(shm)
-    pool.send(np.zeros(4, np.int64))
+    pool.async_reset()
     pool.close()
     assert not any(_alive(pid) for pid in pids)
     assert not os.path.exists(shm)  # the shared memory was unlinked
@@ -487,6 +490,7 @@ def test_workers_exit_with_the_parent():
         import numpy as np, onebox.envs
         if __name__ == "__main__":
             pool = onebox.envs.make("CartPole-v1", 4, backend="process", num_threads=2)
+            pool.reset()
             pool.step(np.zeros(4, np.int64))
             print(*[p.proc.pid for p in pool._procs])
         """
@@ -504,6 +508,7 @@ def test_workers_exit_when_the_parent_is_killed(context):
         import os, signal, numpy as np, onebox.envs
         if __name__ == "__main__":
             pool = onebox.envs.make("CartPole-v1", 4, backend="process", context="{context}")
+            pool.reset()
             pool.step(np.zeros(4, np.int64))
             print(*[p.proc.pid for p in pool._procs], flush=True)
             os.kill(os.getpid(), signal.SIGKILL)  # no cleanup of any kind
@@ -540,6 +545,7 @@ def test_make_routes_to_the_process_backend():
     with onebox.envs.make("FrozenLake-v1", 2, context="fork", is_slippery=False) as pool:
         assert pool.single_observation_space == spaces.Discrete(16)
         assert pool.spec.kwargs["is_slippery"] is False
+        pool.reset()
         obs, *_ = pool.step(np.array([1, 2]))
         assert obs.dtype == np.int64
     with onebox.envs.make(env_fn=combo, num_envs=2, context="fork") as pool:

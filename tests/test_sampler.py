@@ -118,7 +118,8 @@ def test_episode_tracker_prefers_the_pools_own_scores() -> None:
     info = {
         "episode_return": np.array([0.0, 21.0, 0.0]),
         "episode_length": np.array([0, 800, 0]),
-        "_episode": np.array([False, True, False]),
+        "_episode_return": np.array([False, True, False]),
+        "_episode_length": np.array([False, True, False]),
     }
     tracker.update(np.arange(3), np.ones(3), ends, info)
     assert tracker.pop() == ([21.0], [800])

@@ -109,7 +109,7 @@ Engine::Engine(const EnvSpec& spec, const EngineOptions& opt) : spec_(spec), opt
   episode_.assign(n, 0);
   elapsed_.assign(n, 0);
   op_.assign(n, kReset);
-  needs_reset_.assign(n, 0);
+  needs_reset_.assign(n, kUnstarted);
   inflight_.assign(n, 0);
   mark_.assign(n, 0);
   all_ids_.resize(n);
@@ -160,8 +160,8 @@ void Engine::ApplySeeds(const std::vector<uint64_t>& seeds) {
   std::fill(episode_.begin(), episode_.end(), 0);
 }
 
-void Engine::ValidateIds(const int32_t* ids, int n) {
-  if (n <= 0) throw std::invalid_argument("send() needs at least one env id");
+void Engine::ValidateIds(const int32_t* ids, int n, const char* call) {
+  if (n <= 0) throw std::invalid_argument(std::string(call) + " needs at least one env id");
   if (++mark_gen_ == 0) {  // wrapped: clear stale marks
     std::fill(mark_.begin(), mark_.end(), 0);
     mark_gen_ = 1;
@@ -172,11 +172,26 @@ void Engine::ValidateIds(const int32_t* ids, int n) {
       throw std::invalid_argument("env id " + std::to_string(id) + " is out of range [0, " +
                                   std::to_string(opt_.num_envs) + ")");
     if (mark_[id] == mark_gen_)
-      throw std::invalid_argument("env id " + std::to_string(id) + " appears twice in one send()");
+      throw std::invalid_argument("env id " + std::to_string(id) + " appears twice in one " +
+                                  call);
     mark_[id] = mark_gen_;
     if (inflight_[id])
       throw std::invalid_argument("env id " + std::to_string(id) +
                                   " was already sent and not yet received; recv() it first");
+  }
+}
+
+void Engine::CheckStepable(const int32_t* ids, int n) const {
+  const uint8_t worst = opt_.autoreset == Autoreset::kDisabled ? kRunning : kEnded;
+  for (int k = 0; k < n; ++k) {
+    const uint8_t s = needs_reset_[ids[k]];
+    if (s <= worst) continue;
+    const std::string env = "env " + std::to_string(ids[k]);
+    if (s == kUnstarted)
+      throw ResetNeeded(env + " was never reset: call reset() (or async_reset()) before step() "
+                              "or send()");
+    throw ResetNeeded(env + "'s episode has ended and autoreset is disabled: reset it first with "
+                            "reset(options={\"reset_mask\": mask})");
   }
 }
 
@@ -214,12 +229,35 @@ void Engine::Reset(const std::vector<uint64_t>& seeds) {
   CheckUsable();
 }
 
+void Engine::ResetEnvs(const int32_t* ids, int n, const std::vector<uint64_t>& seeds) {
+  std::lock_guard<std::mutex> api(api_mu_);
+  CheckUsable();
+  if (inflight_count_)
+    throw std::logic_error(std::to_string(inflight_count_) +
+                           " envs have async steps pending; recv() them, or reset() every env");
+  ValidateIds(ids, n, "reset");
+  if (!seeds.empty() && seeds.size() != static_cast<size_t>(n))
+    throw std::invalid_argument("expected " + std::to_string(n) + " seeds, got " +
+                                std::to_string(seeds.size()));
+  for (int k = 0; k < n; ++k) {
+    if (!seeds.empty()) {
+      seed_[ids[k]] = seeds[k];
+      episode_[ids[k]] = 0;
+    }
+    op_[ids[k]] = kReset;
+  }
+  Dispatch(ids, n, true);
+  WaitDone(n);
+  CheckUsable();
+}
+
 void Engine::Step(const void* actions) {
   std::lock_guard<std::mutex> api(api_mu_);
   CheckUsable();
   if (inflight_count_)
     throw std::logic_error(std::to_string(inflight_count_) +
                            " envs have async steps pending; recv() them or reset() before step()");
+  CheckStepable(all_ids_.data(), opt_.num_envs);
   ValidateActions(actions, all_ids_.data(), opt_.num_envs);
   std::memcpy(actions_.bytes.data(), actions, actions_.bytes.size());
   std::fill(op_.begin(), op_.end(), kStep);
@@ -267,7 +305,8 @@ void Engine::AsyncReset(const std::vector<uint64_t>& seeds) {
 void Engine::Send(const void* actions, const int32_t* ids, int n) {
   std::lock_guard<std::mutex> api(api_mu_);
   CheckUsable();
-  ValidateIds(ids, n);
+  ValidateIds(ids, n, "send()");
+  CheckStepable(ids, n);
   ValidateActions(actions, ids, n);
   const size_t row = actions_.bytes.size() / opt_.num_envs;
   const unsigned char* src = static_cast<const unsigned char*>(actions);

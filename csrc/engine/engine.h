@@ -26,7 +26,16 @@
 
 namespace onebox {
 
-enum class Autoreset : int { kNextStep = 0, kSameStep = 1 };
+// NextStep: the step after an episode end resets the env (its action is ignored). SameStep: the
+// env resets in the step that ends it. Disabled: an env whose episode ended must be reset by the
+// caller (ResetEnvs) before its next step; stepping it throws ResetNeeded.
+enum class Autoreset : int { kNextStep = 0, kSameStep = 1, kDisabled = 2 };
+
+// Stepping an env that was never reset, or that ended with autoreset disabled. The bindings map it
+// to a subclass of gymnasium.error.ResetNeeded.
+struct ResetNeeded : std::logic_error {
+  using std::logic_error::logic_error;
+};
 
 struct EngineOptions {
   int num_envs = 1;
@@ -84,7 +93,11 @@ class Engine {
 
   // Sync: reset every env (seeds: empty, or one per env) and wait; results in per_env().
   void Reset(const std::vector<uint64_t>& seeds);
-  // Sync: step every env with actions[num_envs, ...] and wait; results in per_env().
+  // Sync: reset envs ids[0..n) only (seeds: empty, or one per id) and wait; results in their
+  // per_env() rows, the other envs' rows untouched. Needs no async steps pending.
+  void ResetEnvs(const int32_t* ids, int n, const std::vector<uint64_t>& seeds);
+  // Sync: step every env with actions[num_envs, ...] and wait; results in per_env(). Every env
+  // must have been reset once (and, with autoreset disabled, reset after its episode ended).
   void Step(const void* actions);
   // Async: reset every env; their results come out of Recv.
   void AsyncReset(const std::vector<uint64_t>& seeds);
@@ -95,12 +108,15 @@ class Engine {
   void Close();
   // Closed loop: every env runs one whole episode (from a fresh reset) with its own policy
   // parameters, on all threads; results in rollout_returns() and rollout_lengths(). Afterwards
-  // each env needs a reset, which its next step does (as after an episode end).
+  // each env needs a reset, which its next step does (as after an episode end; with autoreset
+  // disabled, ResetEnvs or Reset must).
   void Rollout(const RolloutPolicy& policy, const std::vector<uint64_t>& seeds);
   // Parameters of one rollout policy with `hidden` tanh units (0: linear).
   int64_t PolicyParams(int hidden) const;
   const std::vector<double>& rollout_returns() const { return rollout_return_; }
   const std::vector<int64_t>& rollout_lengths() const { return rollout_length_; }
+  // Each env's seed: its episodes' random streams derive from it (and the episode count).
+  const std::vector<uint64_t>& seeds() const { return seed_; }
 
   ResultBuffers& per_env() { return per_env_; }
   ResultBuffers& batch() { return batch_; }
@@ -116,6 +132,9 @@ class Engine {
 
  protected:
   enum Op : uint8_t { kStep = 0, kReset = 1, kRollout = 2 };
+  // needs_reset_[i]: running, ended (the next step resets it, unless autoreset is disabled), or
+  // never reset (stepping it throws ResetNeeded).
+  enum Status : uint8_t { kRunning = 0, kEnded = 1, kUnstarted = 2 };
   // Run one chunk of envs (each doing op_[id]) and write their per-env rows.
   virtual void RunChunk(const int32_t* ids, int n) = 0;
 
@@ -136,7 +155,8 @@ class Engine {
 
  private:
   void CheckUsable();
-  void ValidateIds(const int32_t* ids, int n);
+  void ValidateIds(const int32_t* ids, int n, const char* call);
+  void CheckStepable(const int32_t* ids, int n) const;  // throws ResetNeeded
   void ValidateActions(const void* actions, const int32_t* ids, int n) const;
   void ApplySeeds(const std::vector<uint64_t>& seeds);
   // `episodes`: each env is a whole rollout, one env per chunk, always spread over the threads.
@@ -254,7 +274,7 @@ class EngineT final : public Engine {
         RunEpisode(i, o, inf);
         continue;
       }
-      if (op_[i] == kReset || needs_reset_[i]) {
+      if (op_[i] == kReset || needs_reset_[i] == kEnded) {
         DoReset(i, o, inf);
         reward[i] = 0.0;
         term[i] = trunc[i] = 0;
@@ -275,7 +295,7 @@ class EngineT final : public Engine {
                         info_size_ * sizeof(double));
           DoReset(i, o, inf);
         } else {
-          needs_reset_[i] = 1;
+          needs_reset_[i] = kEnded;
         }
       }
     }
@@ -285,7 +305,7 @@ class EngineT final : public Engine {
   void DoReset(int i, Obs* o, double* inf) {
     rng_[i].Seed(seed_[i], episode_[i]++);
     elapsed_[i] = 0;
-    needs_reset_[i] = 0;
+    needs_reset_[i] = kRunning;
     if (info_size_) std::memset(inf, 0, info_size_ * sizeof(double));
     envs_[i].Reset(rng_[i], o, inf);
   }
@@ -318,7 +338,7 @@ class EngineT final : public Engine {
       if (r.terminated) break;
     }
     elapsed_[i] = len;
-    needs_reset_[i] = 1;
+    needs_reset_[i] = kEnded;
     rollout_return_[i] = ret;
     rollout_length_[i] = len;
   }

@@ -96,7 +96,9 @@ void CheckActions(const Engine& e, const Array& a, size_t rows) {
 
 std::unique_ptr<Engine> Make(const std::string& id, const std::map<std::string, Value>& config,
                              int num_envs, int batch_size, int num_threads, int affinity,
-                             bool same_step, int64_t max_episode_steps, uint64_t seed) {
+                             int autoreset, int64_t max_episode_steps, uint64_t seed) {
+  if (autoreset < 0 || autoreset > static_cast<int>(Autoreset::kDisabled))
+    throw std::invalid_argument("autoreset must be 0 (NextStep), 1 (SameStep) or 2 (Disabled)");
   const EnvEntry& entry = Registry::Get().Find(id);
   const Config cfg(config);
   const EnvSpec spec = entry.spec(cfg);
@@ -105,7 +107,7 @@ std::unique_ptr<Engine> Make(const std::string& id, const std::map<std::string, 
   opt.batch_size = batch_size;
   opt.num_threads = num_threads;
   opt.thread_affinity_offset = affinity;
-  opt.autoreset = same_step ? Autoreset::kSameStep : Autoreset::kNextStep;
+  opt.autoreset = static_cast<Autoreset>(autoreset);
   opt.max_episode_steps = max_episode_steps;
   opt.seed = seed;
   return entry.make(cfg, spec, opt);
@@ -191,6 +193,10 @@ NB_MODULE(ONEBOX_MODULE_NAME, m) {
   using namespace onebox;
   m.doc() = "onebox native environment engine";
 
+  // Stepping an env that needs a reset raises a subclass of Gymnasium's own error for it.
+  nb::exception<ResetNeeded>(m, "ResetNeeded",
+                             nb::module_::import_("gymnasium.error").attr("ResetNeeded"));
+
   m.def("list_envs", [] { return Registry::Get().Ids(); }, "Ids of the native envs, sorted.");
   m.def(
       "env_options",
@@ -218,11 +224,20 @@ NB_MODULE(ONEBOX_MODULE_NAME, m) {
 
   nb::class_<Engine>(m, "Engine")
       .def(nb::new_(&Make), "id"_a, "config"_a, "num_envs"_a, "batch_size"_a, "num_threads"_a,
-           "thread_affinity_offset"_a, "same_step"_a, "max_episode_steps"_a, "seed"_a)
+           "thread_affinity_offset"_a, "autoreset"_a, "max_episode_steps"_a, "seed"_a)
       .def("spec", [](const Engine& e) { return SpecDict(e.spec()); })
       .def("per_env_buffers", [](Engine& e) { return Views(e, e.per_env()); })
       .def("batch_buffers", [](Engine& e) { return Views(e, e.batch()); })
       .def("reset", &Engine::Reset, "seeds"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "reset_envs",
+          [](Engine& e, nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> ids,
+             const std::vector<uint64_t>& seeds) {
+            nb::gil_scoped_release release;
+            e.ResetEnvs(ids.data(), static_cast<int>(ids.shape(0)), seeds);
+          },
+          "env_ids"_a, "seeds"_a)
+      .def_prop_ro("seeds", &Engine::seeds)
       .def("async_reset", &Engine::AsyncReset, "seeds"_a, nb::call_guard<nb::gil_scoped_release>())
       .def(
           "step",

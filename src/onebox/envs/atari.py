@@ -15,9 +15,10 @@ resets, sticky actions, the action set and the frame cap. This pool adds, in vec
   and the step reports reward 0. EnvPool also takes random no-ops there; this pool does not. In
   SameStep mode the game simply continues from the frame the life was lost on.
 - reward clipping to sign(reward), so that ALE's unclipped reward stays available;
-- `info["episode_return"]`, `info["episode_length"]` and the mask `info["_episode"]`: when a game
-  really ends (game over or the frame cap, not a lost life), its whole-game unclipped score and
-  its length in steps (reset steps after a life loss included);
+- `info["episode_return"]`, `info["episode_length"]` and their masks `info["_episode_return"]`,
+  `info["_episode_length"]`: when a game really ends (game over or the frame cap, not a lost
+  life), its whole-game unclipped score and its length in steps (reset steps after a life loss
+  included);
 - EnvPool's `send(actions, env_ids)` on top of ALE's `send(actions)`, which only steps the envs of
   the last `recv`, in that order.
 
@@ -29,7 +30,9 @@ Differences from `NativeEnvPool`, all forced by ALE's engine and raised as clear
 `reset()`/`step()` need `batch_size == num_envs` (ALE only sends actions to the envs of the last
 `recv`, so a sync step of every env is impossible in an async pool); every env of a `recv` must be
 sent its action before the next `recv` (partial sends are buffered until the batch is complete);
-and an `async_reset()` while steps are in flight rebuilds ALE's engine (about 0.1 s per env).
+an `async_reset()` while steps are in flight rebuilds ALE's engine (about 0.1 s per env); there is
+no `Disabled` autoreset (ALE resets an ended game itself); and `reset(options={"reset_mask": m})`
+needs a full `reset()` first.
 """
 
 from __future__ import annotations
@@ -47,12 +50,15 @@ from gymnasium.vector.utils import batch_space
 
 from onebox import _engine
 from onebox.envs.base import (
+    ActionShapeError,
     EnvPool,
     SeedLike,
     check_pool_args,
     check_seed,
     expand_seeds,
     parse_autoreset_mode,
+    reset_needed,
+    split_reset_options,
 )
 
 INSTALL_HINT = 'Atari envs need ale-py >= 0.11: pip install "onebox[atari]"'
@@ -249,6 +255,11 @@ class AtariEnvPool(EnvPool):
             raise ValueError(f'{env_id!r} is not an ALE game id ("<Game>-v5").{hint}')
         num_envs, batch_size, num_threads = check_pool_args(num_envs, batch_size, num_threads)
         mode = parse_autoreset_mode(autoreset_mode)
+        if mode == AutoresetMode.DISABLED:
+            raise ValueError(
+                "Atari pools take autoreset_mode 'NextStep' or 'SameStep': ALE's engine resets an "
+                "ended game itself, so it cannot be disabled"
+            )
         if not isinstance(copy, bool | np.bool_):
             raise TypeError(f"copy must be a bool, got {copy!r}")
         if (
@@ -272,7 +283,7 @@ class AtariEnvPool(EnvPool):
         self._next_step = mode == AutoresetMode.NEXT_STEP
         self._seeds = expand_seeds(check_seed(seed), num_envs)
         self._generation = 0
-        self._seeded = False
+        self._seeded = False  # reset once: envs can be stepped
         self._ale_engine: Any = None
         self._build()
 
@@ -310,26 +321,40 @@ class AtariEnvPool(EnvPool):
         self._last_ids = np.zeros(0, dtype=np.int32)  # ids of ALE's last recv, in its order
         self._in_flight = 0  # envs ALE is stepping or resetting
         self._stash: tuple[Any, ...] | None = None  # first batch of an async reset
+        self._last_obs: np.ndarray | None = None  # of reset()/step(), for a masked reset
 
     # ---- Gymnasium sync API -------------------------------------------------------------------
 
     def reset(
         self, *, seed: SeedLike = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Reset every env; `seed` is an int (env i gets seed + i), one per env, or None."""
+        """Reset every env; `seed` is an int (env i gets seed + i), one per env, or None.
+
+        `options={"reset_mask": mask}` (a bool array, one per env) resets only the envs masked,
+        as in Gymnasium (with `seed`, env i gets `seed + i` or `seed[i]`): see `reset_envs`. The
+        other envs keep their observations; the info holds only the reset envs' entries.
+        """
         self._check_sync("reset")
-        if options:
-            raise ValueError(f"Atari envs take no reset options, got {sorted(options)}")
+        mask, rest = split_reset_options(options, self.num_envs)
+        if rest:
+            raise ValueError(
+                f"Atari envs take no reset options other than reset_mask, got {sorted(rest)}"
+            )
+        if mask is not None:
+            return self._reset_masked(mask, seed)
         if self._in_flight:  # steps sent but not received: collect and drop them
             self._ale_engine.recv()
             self._in_flight = 0
         obs, info = self._ale_engine.reset(self._ids, self._reset_seeds(seed))
         self._start(info)
+        self._last_obs = obs
         return obs, self._info(info, np.zeros(self.num_envs, dtype=bool))
 
     def step(self, actions: Any) -> Results:
         """Step every env with one action each; results in env order."""
         self._check_sync("step")
+        if not self._seeded:
+            raise reset_needed("step()")
         if self._in_flight or self._stash is not None or not self._held.all():
             raise RuntimeError("step() with async steps pending; recv() them first (or reset())")
         a = self._checked_actions(actions, (self.num_envs,))
@@ -338,7 +363,35 @@ class AtariEnvPool(EnvPool):
         self._ale_engine.send(chosen, self._strength)
         obs, rew, term, trunc, info = self._ale_engine.recv()
         self._last_ids = info["env_id"]  # every env again, each waiting for its action
+        self._last_obs = obs
         return self._process(obs, rew, term, trunc, info)
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        """Each env's seed: `seed + i` for the pool's `seed` or the last `reset(seed=seed)`."""
+        return tuple(self._seeds)
+
+    def _reset_masked(self, mask: np.ndarray, seed: SeedLike) -> tuple[np.ndarray, dict[str, Any]]:
+        """`reset(options={"reset_mask": mask})`: every env's observation, the reset envs' info."""
+        if not self._seeded:
+            raise reset_needed("reset(options={'reset_mask': ...})")
+        if self._last_obs is None:
+            raise RuntimeError(
+                "reset(options={'reset_mask': ...}) follows reset() or step(); after the async "
+                "API (send/recv), reset() every env first"
+            )
+        ids = np.flatnonzero(mask)
+        seeds = expand_seeds(seed, self.num_envs)
+        obs_ids, info_ids = self.reset_envs(ids, [seeds[i] for i in ids] if seeds else None)
+        obs = self._last_obs.copy()
+        obs[ids] = obs_ids
+        self._last_obs = obs
+        info: dict[str, Any] = {"env_id": self._ids.astype(np.int32)}
+        for key, value in info_ids.items():
+            if key != "env_id":
+                info[key] = np.zeros(self.num_envs, dtype=value.dtype)
+                info[key][ids] = value
+        return obs.copy(), info
 
     def reset_envs(self, env_ids: Any, seeds: SeedLike = None) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset only envs `env_ids`; the others are left as they are.
@@ -366,7 +419,10 @@ class AtariEnvPool(EnvPool):
         if seeds is None:
             ale_seeds = [-1] * len(ids)
         else:
-            ale_seeds = [_ale_seed(s, 0) for s in expand_seeds(seeds, len(ids))]
+            env_seeds = expand_seeds(seeds, len(ids))
+            for i, s in zip(ids.tolist(), env_seeds, strict=True):
+                self._seeds[i] = s
+            ale_seeds = [_ale_seed(s, 0) for s in env_seeds]
         obs, info = self._ale_engine.reset(ids.astype(np.int32), ale_seeds)
         order = info["env_id"]  # ALE's synchronous engine reports every env
         rows = np.empty(self.num_envs, dtype=np.intp)
@@ -407,6 +463,8 @@ class AtariEnvPool(EnvPool):
         ALE steps a batch once all its envs have their actions, so a partial send is buffered.
         """
         self._check_open()
+        if not self._seeded:
+            raise reset_needed("send()")
         ids = self._env_ids(env_ids)
         a = self._checked_actions(actions, ids.shape)
         held = self._held
@@ -416,6 +474,7 @@ class AtariEnvPool(EnvPool):
                 f"env {bad} is not waiting for an action: send() takes the envs of the last "
                 "recv() (or reset()/step()), each once"
             )
+        self._last_obs = None  # the sync API's observations are out of date from here
         before = np.count_nonzero(held)
         held[ids] = False
         left = np.count_nonzero(held)
@@ -512,6 +571,7 @@ class AtariEnvPool(EnvPool):
     def _start(self, info: dict[str, np.ndarray]) -> None:
         """Bookkeeping of a reset of every env; `info` is ALE's for the first batch."""
         self._stash = None
+        self._last_obs = None
         self._lives[:] = 0
         self._lives[info["env_id"]] = info["lives"]
         self._return[:] = 0.0
@@ -534,7 +594,7 @@ class AtariEnvPool(EnvPool):
                 "cast with .astype(np.int64) if the values are whole numbers"
             )
         if a.shape != shape:
-            raise ValueError(f"actions must have shape {shape}, got {a.shape}")
+            raise ActionShapeError(f"actions must have shape {shape}, got {a.shape}")
         if a.size and (a.min() < 0 or a.max() >= self._num_actions):
             bad = a[(a < 0) | (a >= self._num_actions)][0]
             raise ValueError(f"action {bad} is out of range [0, {self._num_actions})")
@@ -597,9 +657,8 @@ class AtariEnvPool(EnvPool):
             final_obs[i] = ale_final[i].copy() if ale else obs[i].copy()
         info["final_obs"], info["_final_obs"] = final_obs, done
         info["final_info"] = {
-            "episode_return": info["episode_return"],
-            "episode_length": info["episode_length"],
-            "_episode": ended,
+            key: info[key]
+            for key in ("episode_return", "_episode_return", "episode_length", "_episode_length")
         }
         info["_final_info"] = done.copy()
 
@@ -618,5 +677,6 @@ class AtariEnvPool(EnvPool):
             info["_" + key] = everywhere
         info["episode_return"] = ret if ret is not None else np.zeros(n)
         info["episode_length"] = length if length is not None else np.zeros(n, dtype=np.int64)
-        info["_episode"] = ended
+        info["_episode_return"] = ended
+        info["_episode_length"] = ended.copy()
         return info

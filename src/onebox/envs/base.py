@@ -4,6 +4,10 @@ An env pool holds `num_envs` envs. The sync API (`reset`, `step`) works on all o
 returns results in env order. The async API (`async_reset`, `send`, `recv`) lets the caller send
 actions for any subset of envs and receive the first `batch_size` envs to finish; `info["env_id"]`
 says which envs a batch holds.
+
+As in Gymnasium, an env must be reset before it is stepped: `step`/`send` before `reset`/
+`async_reset` raise `gymnasium.error.ResetNeeded`, as do steps of an env whose episode ended in
+`AutoresetMode.DISABLED` until `reset(options={"reset_mask": mask})` resets it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 SeedLike = int | Sequence[int] | None
@@ -92,20 +97,60 @@ def check_seed(seed: Any) -> int:
 
 
 def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
-    """Parse an autoreset mode ("NextStep"/"next_step", "SameStep"/"same_step")."""
+    """Parse an autoreset mode ("NextStep"/"next_step", "SameStep"/"same_step",
+    "Disabled"/"disabled")."""
     if isinstance(mode, str):
-        mode = {"next_step": "NextStep", "same_step": "SameStep"}.get(mode.lower(), mode)
+        aliases = {"next_step": "NextStep", "same_step": "SameStep", "disabled": "Disabled"}
+        mode = aliases.get(mode.lower(), mode)
     try:
-        parsed = AutoresetMode(mode)
+        return AutoresetMode(mode)
     except ValueError:
-        parsed = None
-    if parsed not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
-        raise ValueError(f"autoreset_mode must be 'NextStep' or 'SameStep', got {mode!r}")
-    return parsed
+        raise ValueError(
+            f"autoreset_mode must be 'NextStep', 'SameStep' or 'Disabled', got {mode!r}"
+        ) from None
+
+
+class ActionShapeError(TypeError, ValueError):
+    """Actions that are not an array of the batch's shape: a `TypeError`, as Gymnasium's vector
+    envs raise for them, and a `ValueError` (what onebox raised before, still caught as such)."""
+
+
+def reset_needed(what: str) -> ResetNeeded:
+    """The error for stepping an env that was never reset (Gymnasium's `ResetNeeded`)."""
+    return ResetNeeded(f"{what} before reset(): call reset() (or async_reset()) first")
+
+
+def split_reset_options(
+    options: dict[str, Any] | None, num_envs: int
+) -> tuple[np.ndarray | None, dict[str, Any]]:
+    """`(reset_mask or None, the other options)` from `reset(options=...)`, the mask checked as
+    Gymnasium's vector envs do: a bool numpy array of shape `(num_envs,)` with a True value."""
+    if options is None:
+        return None, {}
+    if not isinstance(options, dict):
+        raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+    rest = dict(options)
+    if "reset_mask" not in rest:
+        return None, rest
+    mask = rest.pop("reset_mask")
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"options['reset_mask'] must be a numpy array, got {type(mask).__name__}")
+    if mask.shape != (num_envs,):
+        raise ValueError(f"options['reset_mask'] must have shape ({num_envs},), got {mask.shape}")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"options['reset_mask'] must have dtype bool, got {mask.dtype}")
+    if not mask.any():
+        raise ValueError("options['reset_mask'] must have at least one True value")
+    return mask.copy(), rest
 
 
 class EnvPool(VectorEnv, abc.ABC):
-    """A Gymnasium `VectorEnv` with EnvPool's async `send`/`recv` API; a context manager."""
+    """A Gymnasium `VectorEnv` with EnvPool's async `send`/`recv` API; a context manager.
+
+    `get_attr`, `set_attr` and `call` reach the envs' attributes. Pools without Python env objects
+    (native, Atari) have the subset `env_attrs` returns; setting one raises `AttributeError`
+    (their options are fixed when the pool is made).
+    """
 
     batch_size: int
 
@@ -126,3 +171,51 @@ class EnvPool(VectorEnv, abc.ABC):
     @abc.abstractmethod
     def async_reset(self, seed: SeedLike = None) -> None:
         """Reset every env; the first observations come out of `recv`."""
+
+    @property
+    @abc.abstractmethod
+    def np_random_seed(self) -> tuple[int, ...]:
+        """Each env's seed, as Gymnasium's vector envs report it (`seed + i` after
+        `reset(seed=seed)`)."""
+
+    # ---- attributes of the envs (pools without Python env objects) ----------------------------
+
+    def env_attrs(self) -> dict[str, tuple[Any, ...]]:
+        """The env attributes `get_attr` and `call` know, one value per env: the single spaces,
+        `spec`, `metadata`, `render_mode`, `np_random_seed` and the env's options."""
+        n = self.num_envs
+        attrs: dict[str, Any] = {
+            "observation_space": self.single_observation_space,
+            "action_space": self.single_action_space,
+            "spec": self.spec,
+            "metadata": self.metadata,
+            "render_mode": self.render_mode,
+        }
+        if self.spec is not None:
+            attrs.update(self.spec.kwargs)
+        table = {name: (value,) * n for name, value in attrs.items()}
+        table["np_random_seed"] = self.np_random_seed
+        return table
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Attribute `name` of every env (one of `env_attrs`)."""
+        attrs = self.env_attrs()
+        if name not in attrs:
+            raise AttributeError(
+                f"{type(self).__name__} envs have no attribute {name!r}: they are not Python "
+                f"objects; get_attr and call know {', '.join(sorted(attrs))}"
+            )
+        return attrs[name]
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """As Gymnasium's `call`; these envs have no methods, so it is `get_attr(name)`."""
+        if args or kwargs:
+            raise TypeError(f"{type(self).__name__} envs have no methods to call with arguments")
+        return self.get_attr(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Not possible: the options of these envs are fixed when the pool is made."""
+        raise AttributeError(
+            f"cannot set {name!r}: {type(self).__name__} envs are fixed when the pool is made; "
+            "make a new pool with the option (onebox.envs.make(env_id, n, option=value))"
+        )

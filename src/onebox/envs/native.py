@@ -21,13 +21,18 @@ from gymnasium.vector.utils import batch_space
 
 from onebox import _engine
 from onebox.envs.base import (
+    ActionShapeError,
     EnvPool,
     SeedLike,
     check_pool_args,
     check_seed,
     expand_seeds,
     parse_autoreset_mode,
+    split_reset_options,
 )
+
+_AUTORESET = {AutoresetMode.NEXT_STEP: 0, AutoresetMode.SAME_STEP: 1, AutoresetMode.DISABLED: 2}
+"""The engine's code of each autoreset mode (`onebox::Autoreset`)."""
 
 
 @functools.cache
@@ -163,8 +168,9 @@ class NativeEnvPool(EnvPool):
             calling thread whatever this says; the engine times the steps to decide.
         seed: base seed; env i uses `seed + i`. Its episode k draws from a stream keyed by
             (seed + i, k), so results do not depend on threads or scheduling.
-        autoreset_mode: `NextStep` (Gymnasium's default) or `SameStep` (final observation and
-            info in `info["final_obs"]`, `info["final_info"]`).
+        autoreset_mode: `NextStep` (Gymnasium's default), `SameStep` (final observation and
+            info in `info["final_obs"]`, `info["final_info"]`) or `Disabled` (an env whose episode
+            ended raises `ResetNeeded` when stepped until `reset(options={"reset_mask": mask})`).
         max_episode_steps: time limit (truncation); default: the env's own.
         copy: return fresh arrays (default). `False` returns views of the engine's buffers,
             overwritten by the next call: faster, but copy what you keep.
@@ -235,7 +241,7 @@ class NativeEnvPool(EnvPool):
             batch_size,
             min(num_threads, num_envs),
             thread_affinity_offset,
-            mode == AutoresetMode.SAME_STEP,
+            _AUTORESET[mode],
             int(max_episode_steps),
             int(seed),
         )
@@ -282,13 +288,36 @@ class NativeEnvPool(EnvPool):
     def reset(
         self, *, seed: SeedLike = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Reset every env; `seed` is an int (env i gets seed + i), one per env, or None."""
-        if options:
-            raise ValueError(f"native envs take no reset options, got {sorted(options)}")
-        self._engine.reset(expand_seeds(seed, self.num_envs))
+        """Reset every env; `seed` is an int (env i gets seed + i), one per env, or None.
+
+        `options={"reset_mask": mask}` (a bool array, one per env) resets only the envs masked,
+        as in Gymnasium (with `seed`, env i gets `seed + i` or `seed[i]`); the others keep their
+        observations, and the info holds only the reset envs' entries.
+        """
+        mask, rest = split_reset_options(options, self.num_envs)
+        if rest:
+            raise ValueError(
+                f"native envs take no reset options other than reset_mask, got {sorted(rest)}"
+            )
+        seeds = expand_seeds(seed, self.num_envs)
         b = self._all
+        if mask is None:
+            self._engine.reset(seeds)
+            obs = b["obs"].copy() if self.copy else b["obs"]
+            return obs, self._info(b, self._all_ids, self.num_envs, final=False)
+        ids = np.flatnonzero(mask).astype(np.int32)
+        self._engine.reset_envs(ids, [seeds[i] for i in ids] if seeds else [])
         obs = b["obs"].copy() if self.copy else b["obs"]
-        return obs, self._info(b, self._all_ids, self.num_envs, final=False)
+        info = self._info(b, self._all_ids, self.num_envs, final=False)
+        for key in self._info_keys:
+            info[key] = np.where(mask, info[key], 0.0)
+            info["_" + key] = mask
+        return obs, info
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        """Each env's seed: `seed + i` for the pool's `seed` or the last `reset(seed=seed)`."""
+        return tuple(self._engine.seeds)
 
     def step(
         self, actions: Any
@@ -427,7 +456,8 @@ class NativeEnvPool(EnvPool):
         Returns:
             (returns, lengths): float64 episode returns (NaN if the policy output was NaN) and
             int64 episode lengths, one per env. Afterwards every env needs a reset, which the next
-            `step` does by itself (as after an episode end); `reset()` also works.
+            `step` does by itself (as after an episode end; with autoreset disabled, call
+            `reset()`); `reset()` also works.
         """
         size = self.policy_size(hidden)
         w = np.asarray(weights)
@@ -515,7 +545,7 @@ class NativeEnvPool(EnvPool):
                 raise TypeError(f"continuous actions must be numbers, got dtype {a.dtype}")
             a = np.asarray(a, dtype=self._act_dtype, order="C")
         if a.shape != shape:
-            raise ValueError(f"actions must have shape {shape}, got {a.shape}")
+            raise ActionShapeError(f"actions must have shape {shape}, got {a.shape}")
         return a
 
     def _results(

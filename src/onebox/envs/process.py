@@ -27,6 +27,7 @@ from typing import Any
 import cloudpickle
 import gymnasium as gym
 import numpy as np
+from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
@@ -38,6 +39,8 @@ from onebox.envs.base import (
     check_seed,
     expand_seeds,
     parse_autoreset_mode,
+    reset_needed,
+    split_reset_options,
 )
 from onebox.envs.shm import (
     ActionWriter,
@@ -77,7 +80,7 @@ class _Proc:
         self.kinds: dict[int, str] = {}  # info slot -> "i" or "f"
         self.restarts = 0
         self.fresh = False  # restarted and has not completed a command since
-        self.frames: list[Any] | None = None  # the reply to RENDER
+        self.answer: tuple[bool, Any] | None = None  # the reply to CALL or SET
 
     def describe(self) -> str:
         pid = self.proc.pid if self.proc is not None else "?"
@@ -139,8 +142,9 @@ class ProcessEnvPool(EnvPool):
         env_fn: a zero-argument callable returning a `gymnasium.Env`, instead of `env_id`
             (pickled with cloudpickle, so lambdas and closures work).
         autoreset_mode: `NextStep` (Gymnasium's default: the step after an episode ends resets
-            the env and ignores its action) or `SameStep` (final observation and info in
-            `info["final_obs"]`, `info["final_info"]`).
+            the env and ignores its action), `SameStep` (final observation and info in
+            `info["final_obs"]`, `info["final_info"]`) or `Disabled` (an env whose episode ended
+            raises `ResetNeeded` when stepped until `reset(options={"reset_mask": mask})`).
         copy: return fresh arrays (default). `False` returns views of shared or batch buffers,
             overwritten by the next call.
         restart_on_crash: restart a worker that dies or raises, reset its envs (with seeds
@@ -159,7 +163,11 @@ class ProcessEnvPool(EnvPool):
     travel through shared memory and come back batched as in Gymnasium (`key` array, `_key`
     mask, the dtype of the key's first value); any other info value (strings, arrays, nested
     dicts) is pickled on its way to the parent. When an episode ends, `info["episode_return"]`
-    and `info["episode_length"]` hold its total reward and steps, masked by `info["_episode"]`.
+    and `info["episode_length"]` hold its total reward and steps, masked by
+    `info["_episode_return"]` and `info["_episode_length"]`.
+
+    `call`, `get_attr` and `set_attr` reach the envs in the workers, as in Gymnasium's vector
+    envs; what the envs raise there is raised here, and the workers go on.
 
     A worker that raises or dies makes the call raise `RuntimeError` naming the env, the worker,
     and the worker's traceback (or its signal and faulthandler trace); the pool is then closed
@@ -267,7 +275,6 @@ class ProcessEnvPool(EnvPool):
         cmd_r, p.cmd = ctx.Pipe(duplex=False)
         p.res, res_w = ctx.Pipe(duplex=False)
         p.fault, fault_w = ctx.Pipe(duplex=False)
-        seeds: list[int | None] = [self._seed + g for g in range(p.lo, p.hi)]
         args = pw.WorkerArgs(
             index=p.index,
             lo=p.lo,
@@ -275,7 +282,6 @@ class ProcessEnvPool(EnvPool):
             factory=self._factory_bytes,
             same_step=self._same_step,
             max_info_keys=MAX_INFO_KEYS,
-            seeds=seeds,
             restart_seeds=restart_seeds,
             slots={key: (slot, p.kinds[slot]) for slot, key in p.slots.items()},
             spin=self._spin,
@@ -433,7 +439,9 @@ class ProcessEnvPool(EnvPool):
         self._num_ready = 0
         self._other: dict[tuple[int, int], dict[str, Any]] = {}
         self._key_dtype: dict[str, np.dtype] = {}
-        self._seeded = False
+        self._fresh = np.ones(n, dtype=bool)  # never reset: cannot be stepped
+        self._disabled = self.autoreset_mode == AutoresetMode.DISABLED
+        self._ended = np.zeros(n, dtype=bool)  # Disabled: ended, not reset since
 
     def _watch(self, p: _Proc) -> None:
         for fd, is_sentinel in ((p.res.fileno(), False), (p.proc.sentinel, True)):
@@ -475,8 +483,8 @@ class ProcessEnvPool(EnvPool):
     def _done(self, p: _Proc, msg: bytes) -> None:
         ids, _ = p.pending.popleft()
         p.fresh = False
-        if msg[:1] == pw.FRAMES:
-            p.frames = pickle.loads(msg[1:])
+        if msg[:1] == pw.ANSWER:
+            p.answer = pickle.loads(msg[1:])
             return
         self._ready.append(ids)
         self._num_ready += len(ids)
@@ -568,17 +576,25 @@ class ProcessEnvPool(EnvPool):
             reward = np.take(a["reward"], ids, out=out["reward"][:n])
             term = np.take(a["terminated"], ids, out=out["terminated"][:n])
             trunc = np.take(a["truncated"], ids, out=out["truncated"][:n])
+        if self._disabled:
+            self._ended[ids] = term | trunc
         return obs, reward, term, trunc, self._info(ids, index, final=True)
 
-    def _info(self, ids: np.ndarray, index: Any, final: bool) -> dict[str, Any]:
+    def _info(
+        self, ids: np.ndarray, index: Any, final: bool, only: np.ndarray | None = None
+    ) -> dict[str, Any]:
+        """The info of envs `ids` (`index` into per-env rows); with `only`, of those masked."""
         a, n = self._a, len(ids)
         info: dict[str, Any] = {"env_id": ids}
-        self._table(info, pw.INFO, ids, index, None)
+        self._table(info, pw.INFO, ids, index, only)
         done = a["ep_done"][index]
+        if only is not None:
+            done = done & only
         if done.any():
             info["episode_return"] = np.where(done, a["ep_return"][index], 0.0)
             info["episode_length"] = np.where(done, a["ep_length"][index], 0)
-            info["_episode"] = done.copy()
+            info["_episode_return"] = done.copy()
+            info["_episode_length"] = done.copy()
         if final and self._same_step:
             f = a["final"][index]
             if f.any():
@@ -636,26 +652,32 @@ class ProcessEnvPool(EnvPool):
         self, *, seed: SeedLike = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """Reset every env (dropping async work in flight); `seed`: int (env i gets seed + i),
-        one per env, or None. `options` go to every env's `reset`."""
-        self._begin_reset(seed, options)
+        one per env, or None. `options` go to every env's `reset`.
+
+        `options["reset_mask"]` (a bool array, one per env) resets only the envs masked, as in
+        Gymnasium; the others keep their observations, and the info holds only the reset envs'
+        entries.
+        """
+        mask = self._begin_reset(seed, options)
         self._wait_idle()
         self._ready, self._num_ready = [], 0
         self._inflight[:] = False
         self._num_inflight = 0
         index = slice(None)
         obs = gather(self.single_observation_space, self._obs, index)
-        return (copy_tree(obs) if self.copy else obs), self._info(self._all_ids, index, False)
+        info = self._info(self._all_ids, index, False, mask)
+        return (copy_tree(obs) if self.copy else obs), info
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with one action each; results in env order."""
         self._check_usable()
+        self._check_stepable(self._all_ids, "step()")
         if self._num_inflight:
             raise RuntimeError(
                 f"{self._num_inflight} envs have async steps pending; recv() them or reset() "
                 "before step()"
             )
         self._act.write(actions, None, self.num_envs)
-        self._seeded = True
         for p in self._procs:
             self._send(p, p.ids, pw.ALL)
         self._wait_idle()
@@ -667,6 +689,7 @@ class ProcessEnvPool(EnvPool):
     def async_reset(self, seed: SeedLike = None) -> None:
         """Reset every env; the first observations come out of `recv`, batch_size at a time."""
         self._begin_reset(seed, None)
+        self._ended[:] = False
         self._inflight[:] = True
         self._num_inflight = self.num_envs
 
@@ -677,8 +700,8 @@ class ProcessEnvPool(EnvPool):
         if self._num_inflight and self._inflight[ids].any():
             bad = int(ids[self._inflight[ids]][0])
             raise ValueError(f"env id {bad} was already sent and not yet received; recv() it first")
+        self._check_stepable(ids, "send()")
         self._act.write(actions, ids, len(ids))
-        self._seeded = True
         self._inflight[ids] = True
         self._num_inflight += len(ids)
         if env_ids is None:
@@ -721,12 +744,52 @@ class ProcessEnvPool(EnvPool):
         self._check_usable()
         if self.render_mode is None:
             return None
+        return self.call("render")
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Attribute `name` of every env, called with `args` and `kwargs` if it is callable, in
+        env order (as Gymnasium's `call`). Envs with async steps pending answer after them."""
+        return self._ask(pw.CALL, lambda p: (name, args, kwargs))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Attribute `name` of every env, in env order."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute `name` of every env: to `values[i]` for env i if `values` is a list or
+        tuple (one per env), else to `values` (as Gymnasium's `set_attr`)."""
+        if not isinstance(values, list | tuple):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(
+                f"set_attr takes one value per env ({self.num_envs}) or a single value, "
+                f"got {len(values)} values"
+            )
+        self._ask(pw.SET, lambda p: (name, list(values[p.lo : p.hi])))
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        """Each env's `np_random_seed` (`seed + i` after `reset(seed=seed)`), as Gymnasium's
+        vector envs report it."""
+        return self.get_attr("np_random_seed")
+
+    def _ask(self, op: bytes, payload: Callable[[_Proc], Any]) -> tuple[Any, ...]:
+        """Send command `op` with `payload(worker)` to every worker; their answers in env order,
+        or the first exception an env raised."""
+        self._check_usable()
         for p in self._procs:
-            p.frames = None
-            self._send(p, p.ids[:0], pw.RENDER)
-        while any(p.frames is None for p in self._procs):
+            p.answer = None
+            self._send(p, p.ids[:0], op + pickle.dumps(payload(p)))
+        while any(p.answer is None for p in self._procs):
             self._pump()
-        return tuple(frame for p in self._procs for frame in p.frames or [])
+        results: list[Any] = []
+        for p in self._procs:
+            assert p.answer is not None
+            ok, value = p.answer
+            if not ok:
+                raise value
+            results += value
+        return tuple(results)
 
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the workers and free the shared memory (once no `copy=False` view holds it)."""
@@ -744,20 +807,42 @@ class ProcessEnvPool(EnvPool):
         if self.closed:
             raise RuntimeError("the env pool is closed; make a new one")
 
-    def _begin_reset(self, seed: SeedLike, options: dict[str, Any] | None) -> None:
+    def _begin_reset(self, seed: SeedLike, options: dict[str, Any] | None) -> np.ndarray | None:
+        """Send the reset of every env, or of those `options["reset_mask"]` names (returned)."""
         self._check_usable()
-        seeds = expand_seeds(seed, self.num_envs)
-        if not seeds and not self._seeded:
-            seeds = [self._seed + i for i in range(self.num_envs)]
-        if options is not None and not isinstance(options, dict):
-            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        seeds: list[int | None] = list(expand_seeds(seed, self.num_envs))
+        if not seeds and self._fresh.any():  # an env's first reset uses the pool's seed
+            seeds = [self._seed + i if f else None for i, f in enumerate(self._fresh.tolist())]
+        mask, rest = split_reset_options(options, self.num_envs)
+        options = rest if options is not None else None
         self._wait_idle()  # drop async work in flight: a reset starts everything anew
         self._ready, self._num_ready = [], 0
         self._other.clear()
-        self._seeded = True
+        chosen = mask if mask is not None else slice(None)
+        self._fresh[chosen] = False
+        self._ended[chosen] = False
         for p in self._procs:
             mine = seeds[p.lo : p.hi] if seeds else None
-            self._send(p, p.ids, pw.RESET + pickle.dumps((mine, options)))
+            if mask is None:
+                self._send(p, p.ids, pw.RESET + pickle.dumps((None, mine, options)))
+                continue
+            local = np.flatnonzero(mask[p.lo : p.hi])
+            if len(local):
+                picked = [mine[i] for i in local] if mine else None
+                msg = pw.RESET + pickle.dumps((local.tolist(), picked, options))
+                self._send(p, p.ids[local], msg)
+        return mask
+
+    def _check_stepable(self, ids: np.ndarray, call: str) -> None:
+        """Raise `ResetNeeded` if envs `ids` were never reset, or ended with autoreset disabled."""
+        if self._fresh[ids].any():
+            raise reset_needed(call)
+        if self._disabled and self._ended[ids].any():
+            bad = int(ids[self._ended[ids]][0])
+            raise ResetNeeded(
+                f"env {bad}'s episode has ended and autoreset is disabled: reset it first with "
+                'reset(options={"reset_mask": mask})'
+            )
 
     def _check_ids(self, env_ids: Any) -> np.ndarray:
         ids = np.asarray(env_ids)

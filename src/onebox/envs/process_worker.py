@@ -5,10 +5,11 @@ Protocol (every message is framed by `write_msg` and tagged by its first byte; a
 with one system call). Startup: the
 worker makes its envs and sends HELLO with their spaces; the parent answers with the shared-memory
 block's name and layout; the worker attaches and sends READY. Then, per command (ALL: step all
-my envs; STEP + int32 env ids; RESET + pickled (seeds, options); RENDER; QUIT), it sends DONE, or
+my envs; STEP + int32 env ids; RESET + pickled (env ids or None for all, seeds, options); CALL +
+pickled (name, args, kwargs); SET + pickled (name, one value per env); QUIT), it sends DONE, or
 EXTRAS + a pickle of what did not fit in shared memory (new info keys, non-numeric infos), or
-FRAMES + a pickle of its envs' `render()` results, or ERROR + a pickle of the exception's type,
-message, traceback and env id, after which it exits.
+ANSWER + a pickle of (True, [one result per env]) or (False, the exception a CALL or SET raised),
+or ERROR + a pickle of the exception's type, message, traceback and env id, after which it exits.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ import numpy as np
 
 from onebox.envs.shm import Block, leaves, reader, writer
 
-HELLO, READY, DONE, EXTRAS, FRAMES, ERROR = b"H", b"R", b"D", b"X", b"F", b"E"
-ALL, STEP, RESET, RENDER, QUIT = b"A", b"S", b"Z", b"V", b"Q"
+HELLO, READY, DONE, EXTRAS, ANSWER, ERROR = b"H", b"R", b"D", b"X", b"F", b"E"
+ALL, STEP, RESET, CALL, SET, QUIT = b"A", b"S", b"Z", b"C", b"T", b"Q"
 
 INFO, FINAL_INFO = 0, 1
 """The two info tables in shared memory: the step's info and, in SameStep mode, the final info."""
@@ -119,8 +120,6 @@ class WorkerArgs:
     """cloudpickle of a zero-argument callable returning a `gymnasium.Env`."""
     same_step: bool
     max_info_keys: int
-    seeds: list[int | None]
-    """Seeds of each env's first reset (an env that is stepped before any reset resets first)."""
     restart_seeds: list[int] | None
     """Set when restarting after a crash: reset every env with these and report them truncated."""
     slots: dict[str, tuple[int, str]]
@@ -168,7 +167,6 @@ class Worker:
         n = args.hi - args.lo
         self.all = list(range(n))
         self.needs_reset = [True] * n
-        self.seeds: list[int | None] = list(args.seeds)
         self.cached: list[tuple[Any, dict[str, Any]] | None] = [None] * n
         self.crashed = [False] * n
         self.ret = [0.0] * n
@@ -185,19 +183,22 @@ class Worker:
         for i in ids:
             current[k] = lo + i
             if self.needs_reset[i]:
-                self.reset_one(i, self.seeds[i], None, use_cached=True)
+                self.reset_one(i, None, None, use_cached=True)
             elif self.crashed[i]:
                 self.crash_result(i)
             else:
                 self.step_one(i)
         current[k] = -1
 
-    def reset(self, seeds: list[int] | None, options: dict[str, Any] | None) -> None:
+    def reset(
+        self, ids: list[int] | None, seeds: list[int] | None, options: dict[str, Any] | None
+    ) -> None:
+        """Reset envs `ids` (all if None), with `seeds` (one per id) or None."""
         lo, current, k = self.args.lo, self.current, self.args.index
-        for i in self.all:
+        for j, i in enumerate(self.all if ids is None else ids):
             current[k] = lo + i
             self.cached[i] = None
-            self.reset_one(i, None if seeds is None else seeds[i], options, use_cached=False)
+            self.reset_one(i, None if seeds is None else seeds[j], options, use_cached=False)
         current[k] = -1
 
     def restart(self, seeds: list[int]) -> None:
@@ -206,7 +207,7 @@ class Worker:
         for i, env in enumerate(self.envs):
             current[k] = lo + i
             self.cached[i] = env.reset(seed=seeds[i])
-            self.crashed[i], self.needs_reset[i], self.seeds[i] = True, False, None
+            self.crashed[i], self.needs_reset[i] = True, False
         current[k] = -1
 
     # ---- one env -------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ class Worker:
             obs, info = cached
         else:
             obs, info = self.envs[i].reset(seed=seed, options=options)
-        self.cached[i], self.seeds[i] = None, None
+        self.cached[i] = None
         self.needs_reset[i] = self.crashed[i] = False
         self.ret[i], self.len[i] = 0.0, 0
         self.reward[g], self.term[g], self.trunc[g] = 0.0, False, False
@@ -311,13 +312,36 @@ class Worker:
                 "backend sends non-numeric infos to the parent by pickling them"
             ) from e
 
-    def render(self) -> list[Any]:
-        frames = []
-        for i, env in enumerate(self.envs):
-            self.current[self.args.index] = self.args.lo + i
-            frames.append(env.render())
-        self.current[self.args.index] = -1
-        return frames
+    def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+        """As Gymnasium's `call`: attribute `name` of each env, called with the arguments if it
+        is callable. What it raises goes back to the caller; the worker goes on."""
+
+        def one(i: int, env: Any) -> Any:
+            attr = env.get_wrapper_attr(name)
+            return attr(*args, **kwargs) if callable(attr) else attr
+
+        return self._answer(one)
+
+    def set(self, name: str, values: list[Any]) -> bytes:
+        """Set attribute `name` of env i to values[i], as Gymnasium's `set_attr`."""
+        return self._answer(lambda i, env: env.set_wrapper_attr(name, values[i]))
+
+    def _answer(self, fn: Callable[[int, Any], Any]) -> bytes:
+        """ANSWER with fn(i, env) for each env, or with the exception one of them raised."""
+        k = self.args.index
+        results = []
+        try:
+            for i, env in enumerate(self.envs):
+                self.current[k] = self.args.lo + i
+                results.append(fn(i, env))
+            return ANSWER + pickle.dumps((True, results), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            try:
+                return ANSWER + pickle.dumps((False, e))
+            except Exception:  # an exception that cannot be pickled: its type and message
+                return ANSWER + pickle.dumps((False, RuntimeError(f"{type(e).__name__}: {e}")))
+        finally:
+            self.current[k] = -1
 
     def close(self) -> None:
         for env in self.envs:
@@ -407,9 +431,14 @@ def main(args: WorkerArgs, cmd: Any, res: Any, fault: Any) -> None:
                 worker.step((np.frombuffer(msg, np.int32, offset=1) - lo).tolist())
             elif op == RESET:
                 worker.reset(*pickle.loads(msg[1:]))
-            elif op != RENDER:
+            elif op not in (CALL, SET):
                 raise RuntimeError(f"unknown command {op!r}")
-            out = FRAMES + pickle.dumps(worker.render()) if op == RENDER else worker.reply()
+            if op == CALL:
+                out = worker.call(*pickle.loads(msg[1:]))
+            elif op == SET:
+                out = worker.set(*pickle.loads(msg[1:]))
+            else:
+                out = worker.reply()
         except Exception as e:
             write_msg(res.fileno(), _error(e, int(worker.current[args.index])))
             os._exit(1)

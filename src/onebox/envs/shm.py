@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from onebox.envs.base import ActionShapeError
+
 LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary, and Dict or Tuple spaces of them"
 _ALIGN = 64  # bytes; every array starts on its own cache line
@@ -239,7 +241,7 @@ class ActionWriter:
         if not integral and kind not in "fiub":
             raise TypeError(f"{where}: continuous actions must be numbers, got dtype {a.dtype}")
         if a.shape != shape:
-            raise ValueError(f"{where} must have shape {shape}, got {a.shape}")
+            raise ActionShapeError(f"{where} must have shape {shape}, got {a.shape}")
         if integral and a.size:
             bad = (a < lo) | (a > hi)
             if bad.any():

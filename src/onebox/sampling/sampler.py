@@ -86,7 +86,7 @@ class EpisodeTracker:
     """Returns and lengths of finished episodes, from the pool's info or summed here.
 
     Pools that know the true score (Atari: the unclipped whole-game return, across lives) report
-    it as `info["episode_return"]`, `info["episode_length"]` with mask `info["_episode"]`; for
+    it as `info["episode_return"]`, `info["episode_length"]` with mask `info["_episode_return"]`; for
     the others the tracker sums the rewards itself.
     """
 
@@ -100,9 +100,9 @@ class EpisodeTracker:
         self, ids: np.ndarray, rewards: np.ndarray, ends: np.ndarray, info: dict[str, Any]
     ) -> None:
         """Account one step of envs `ids` (an int array)."""
-        source = info if "_episode" in info else info.get("final_info", {})
-        if "_episode" in source:
-            mask = np.asarray(source["_episode"], bool)
+        source = info if "_episode_return" in info else info.get("final_info", {})
+        if "_episode_return" in source:
+            mask = np.asarray(source["_episode_return"], bool)
             if mask.any():
                 self.finished_returns += np.asarray(source["episode_return"])[mask].tolist()
                 self.finished_lengths += np.asarray(source["episode_length"])[mask].tolist()
