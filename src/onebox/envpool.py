@@ -67,11 +67,8 @@ FIXED_ARGS: dict[str, tuple[Any, str]] = {
 
 def episode_ended(info: dict[str, Any]) -> np.ndarray:
     """The envs of a batch whose whole game (episode) ended: the mask of the pools' episode
-    statistics, `info["_episode"]`, named `info["_episode_return"]` after its rename."""
-    for key in ("_episode_return", "_episode"):
-        if key in info:
-            return np.asarray(info[key], dtype=bool)
-    raise KeyError("the pool's info has no episode mask (_episode_return or _episode)")
+    statistics, `info["_episode_return"]`."""
+    return np.asarray(info["_episode_return"], dtype=bool)
 
 
 def make(task_id: str, env_type: str, **kwargs: Any) -> GymnasiumEnvPool | GymEnvPool:
