@@ -117,11 +117,15 @@ class RandomState {
     for (int i = 1; i < kN; ++i) mt_[i] = 1812433253U * (mt_[i - 1] ^ (mt_[i - 1] >> 30)) + i;
     pos_ = kN;
   }
-  void Twist() {
-    for (int i = 0; i < kN; ++i) {
-      const uint32_t y = (mt_[i] & 0x80000000U) | (mt_[(i + 1) % kN] & 0x7fffffffU);
-      mt_[i] = mt_[(i + kM) % kN] ^ (y >> 1) ^ ((y & 1U) ? 0x9908b0dfU : 0U);
-    }
+  static uint32_t Mix(uint32_t a, uint32_t b, uint32_t c) {
+    const uint32_t y = (a & 0x80000000U) | (b & 0x7fffffffU);
+    return c ^ (y >> 1) ^ ((0U - (y & 1U)) & 0x9908b0dfU);
+  }
+  void Twist() {  // the next 624 words, in three loops without index wrapping
+    int i = 0;
+    for (; i < kN - kM; ++i) mt_[i] = Mix(mt_[i], mt_[i + 1], mt_[i + kM]);
+    for (; i < kN - 1; ++i) mt_[i] = Mix(mt_[i], mt_[i + 1], mt_[i + kM - kN]);
+    mt_[kN - 1] = Mix(mt_[kN - 1], mt_[0], mt_[kM - 1]);
     pos_ = 0;
   }
   uint32_t mt_[kN] = {};
