@@ -84,9 +84,9 @@ class MinAtarBreakout {
     minatar::Set(obs, kChannels, ball_y_, ball_x_, 1);
     minatar::Set(obs, kChannels, 9, pos_, 0);
     minatar::Set(obs, kChannels, last_y_, last_x_, 2);
-    for (int y = 1; y < 4; ++y)  // bricks live in rows 1..3 only
+    for (int y = 1; y < 4; ++y)  // bricks live in rows 1..3 only; bricks_ holds 0 or 1
       for (int x = 0; x < minatar::kSize; ++x)
-        if (bricks_[y][x]) minatar::Set(obs, kChannels, y, x, 3);
+        obs[(y * minatar::kSize + x) * kChannels + 3] = bricks_[y][x];
   }
 
  private:
