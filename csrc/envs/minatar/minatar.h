@@ -2,19 +2,22 @@
 // numpy's legacy RandomState stream that the games draw from, sticky actions, the 10x10 grid of
 // boolean channels, the action sets, and the registration of the package's Gymnasium ids.
 //
-// API for a game file (csrc/envs/minatar/<game>.cc):
+// API for a game file (csrc/envs/minatar/<game>.cc), in namespace onebox; name the class
+// MinAtar<Game> (the registration makes aliases <class>V0 and <class>V1):
 //
-//   struct MyGame {
+//   struct MinAtarMyGame {
 //     static constexpr int kChannels = 4;                          // observation (10, 10, C)
 //     static constexpr std::array<int64_t, 3> kMinimalActions{     // the package's
 //         minatar::kNoop, minatar::kLeft, minatar::kRight};        //   minimal_action_set()
-//     explicit MyGame(bool ramping);                               // difficulty_ramping option
+//     explicit MinAtarMyGame(bool ramping);                        // difficulty_ramping option
 //     void Reset(minatar::RandomState& random);                    // the game's reset()
-//     StepResult Act(int64_t action, minatar::RandomState& random);  // act(a): 0..5 ('n', 'l',
+//     StepResult Act(int64_t action, minatar::RandomState& random);  // act(a): {reward, terminal}
+//                                                                  //   for a = 0..5 ('n', 'l',
 //                                                                  //   'u', 'r', 'd', 'f')
 //     void Draw(uint8_t* obs) const;                               // state(): sets cells with
 //   };                                                             //   minatar::Set; obs is zeroed
-//   ONEBOX_REGISTER_MINATAR(MyGame, "MyGame");  // MinAtar/MyGame-v0 (6 actions), -v1 (minimal)
+//   ONEBOX_REGISTER_MINATAR(MinAtarMyGame, "MyGame");  // MinAtar/MyGame-v0 (6 actions) and
+//                                                      // MinAtar/MyGame-v1 (minimal action set)
 //
 //   minatar::RandomState  numpy.random.RandomState, bit for bit:
 //     Seed(s)             RandomState(s) for s < 2**32 (MT19937 init_genrand); larger seeds,
@@ -37,9 +40,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
