@@ -197,9 +197,12 @@ class Env {
 
  private:
   void Draw(Obs* obs) const {
-    std::memset(obs, 0, kObsSize);
+    // A size the compiler does not know: it calls libc's memset (vectorized for the CPU at run
+    // time) instead of inlining `rep stos`, which took 3x longer for these 400 bytes.
+    std::memset(obs, 0, obs_bytes_);
     game_.Draw(obs);
   }
+  size_t obs_bytes_ = kObsSize;
   double sticky_;
   bool minimal_;
   Game game_;
