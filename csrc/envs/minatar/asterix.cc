@@ -28,7 +28,7 @@ class MinAtarAsterix {
 
   StepResult Act(int64_t a, minatar::RandomState& random) {
     if (terminal_) return {0.0, true};
-    double r = 0.0;
+    int r = 0;
     if (spawn_timer_ == 0) {
       Spawn(random);
       spawn_timer_ = spawn_speed_;
@@ -60,7 +60,7 @@ class MinAtarAsterix {
         ramp_timer_ = kRampInterval;
       }
     }
-    return {r, terminal_};
+    return {static_cast<double>(r), terminal_};
   }
 
   void Draw(uint8_t* obs) const {
@@ -82,7 +82,7 @@ class MinAtarAsterix {
 
   // An entity on the player's cell: gold is picked up (+1), an enemy ends the episode. Without
   // branches: the entities of many envs side by side defeat the branch predictor.
-  void Touch(Entity& e, double* r) {
+  void Touch(Entity& e, int* r) {
     const bool hit = e.alive & (e.x == player_x_) & (e.y == player_y_);
     *r += hit & e.gold;
     terminal_ = terminal_ | (hit & !e.gold);
