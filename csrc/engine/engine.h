@@ -229,6 +229,11 @@ template <class E>
 struct HasState<E, std::void_t<decltype(std::declval<const E&>().GetState()),
                                decltype(std::declval<E&>().SetState(std::vector<double>()))>>
     : std::true_type {};
+
+template <class E, class = void>
+struct HasSeed : std::false_type {};
+template <class E>
+struct HasSeed<E, std::void_t<decltype(std::declval<E&>().Seed(uint64_t{0}))>> : std::true_type {};
 }  // namespace detail
 
 // The engine for one env type: the inner loop over a chunk is inlined, with no virtual call per env.
@@ -303,6 +308,8 @@ class EngineT final : public Engine {
 
  private:
   void DoReset(int i, Obs* o, double* inf) {
+    if constexpr (detail::HasSeed<E>::value)
+      if (episode_[i] == 0) envs_[i].Seed(seed_[i]);
     rng_[i].Seed(seed_[i], episode_[i]++);
     elapsed_[i] = 0;
     needs_reset_[i] = kRunning;

@@ -10,6 +10,9 @@
 //   StepResult Step(const Act* action, Rng& rng, Obs* obs, double* info);
 // and optionally, for golden tests and debugging,
 //   std::vector<double> GetState() const;  void SetState(const std::vector<double>&);
+// and, for an env that keeps its own random stream across episodes (as the reference it mirrors
+// does), void Seed(uint64_t seed): called before the first reset after the env's seed is set (at
+// pool creation and at reset with seeds); later resets continue the stream.
 // Reset and Step write into preallocated rows (obs: Spec().observation.Size() elements, info:
 // Spec().info_keys.size() doubles, zeroed before each call). The engine owns time limits,
 // autoreset, seeding and threading. Register with ONEBOX_REGISTER_ENV(E, "Name-v0").
