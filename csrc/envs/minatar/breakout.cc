@@ -39,7 +39,8 @@ class MinAtarBreakout {
 
     // Directions 0..3: up-left, up-right, down-right, down-left.
     static constexpr int kDx[4] = {-1, 1, 1, -1}, kDy[4] = {-1, -1, 1, 1};
-    static constexpr int kFlipX[4] = {1, 0, 3, 2}, kFlipY[4] = {3, 2, 1, 0}, kPaddle[4] = {2, 3, 0, 1};
+    static constexpr int kFlipX[4] = {1, 0, 3, 2}, kFlipY[4] = {3, 2, 1, 0};
+    static constexpr int kPaddle[4] = {2, 3, 0, 1};
     last_x_ = ball_x_;
     last_y_ = ball_y_;
     int new_x = ball_x_ + kDx[dir_], new_y = ball_y_ + kDy[dir_];

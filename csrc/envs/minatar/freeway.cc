@@ -1,7 +1,7 @@
-// MinAtar Freeway: a chicken crosses 8 lanes of cars from the bottom row to the top (+1, then back
-// to the bottom with new car speeds); it moves at most every 3 steps, and a car sends it back to the
-// bottom. The episode ends after 2500 steps. Channels: chicken, car, then one trail channel per car
-// speed (a car moving every 1..5 steps).
+// MinAtar Freeway: a chicken crosses 8 lanes of cars from the bottom row to the top (+1, then
+// back to the bottom with new car speeds); it moves at most every 3 steps, and a car sends it back
+// to the bottom. The episode ends after 2500 steps. Channels: chicken, car, then one trail channel
+// per car speed (a car moving every 1..5 steps).
 #include "envs/minatar/minatar.h"
 
 namespace onebox {

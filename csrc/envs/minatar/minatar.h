@@ -39,6 +39,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -152,9 +153,12 @@ class Env {
 
   static EnvSpec Spec(const Config& cfg) {
     const double p = cfg.Float("sticky_action_prob");
-    if (!(p >= 0.0 && p <= 1.0))
-      throw std::invalid_argument("sticky_action_prob must be a probability in [0, 1], got " +
-                                  std::to_string(p));
+    if (!(p >= 0.0 && p <= 1.0)) {
+      char got[32];
+      std::snprintf(got, sizeof(got), "%g", p);
+      throw std::invalid_argument(
+          std::string("sticky_action_prob must be a probability in [0, 1], got ") + got);
+    }
     EnvSpec s;
     s.observation = Space::Box({kSize, kSize, Game::kChannels}, DType::kBool, 0.0, 1.0);
     s.action = Space::Discrete(cfg.Bool("use_minimal_action_set")

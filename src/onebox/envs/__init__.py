@@ -47,6 +47,11 @@ has classmethods `ids()` (the ids it lists) and `handles(env_id)`, and takes
 `(env_id, num_envs, *, batch_size, num_threads, seed, **kwargs)`."""
 
 
+MAX_LISTED_IDS = 12
+"""An unknown id of a namespace ("MinAtar/Pong-v1") lists the namespace's ids if there are at most
+this many."""
+
+
 def _pool_class(backend: str) -> type[EnvPool]:
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -105,6 +110,10 @@ def make(
     if chosen is None:
         close = difflib.get_close_matches(env_id, list_envs(), n=3, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        namespace = env_id.rpartition("/")[0]
+        kin = [i for i in list_envs() if namespace and i.startswith(namespace + "/")]
+        if 0 < len(kin) <= MAX_LISTED_IDS:  # a few games of a family (MinAtar/...): name them all
+            hint += f" The {namespace} ids: {', '.join(kin)}."
         raise ValueError(f"unknown env id {env_id!r}.{hint} `onebox envs` lists the available ids.")
     pool = _pool_class(chosen)
     if not pool.handles(env_id):

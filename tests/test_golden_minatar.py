@@ -1,0 +1,173 @@
+"""Golden tests: the native MinAtar games step exactly like the `minatar` package.
+
+The package's own Gymnasium envs (`minatar.gym`, in a SyncVectorEnv as `gymnasium.make_vec` builds
+it) and a onebox pool get the same seeds (env i: seed + i) and the same random actions. The native
+games draw from the same numpy RandomState stream as the package, so observations, rewards and
+the terminated/truncated flags must be equal at every step: across many episode ends (next-step
+autoreset), a reset without a seed (every stream and last action go on) and a reset with a new
+seed. A game is a row of GAMES; its cases run with the package's defaults (sticky actions 0.1,
+difficulty ramping) and with other options.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+
+import gymnasium
+import numpy as np
+import pytest
+
+import onebox.envs
+
+minatar_gym = pytest.importorskip("minatar.gym")
+
+# The package's -v0 ids are deprecated in Gymnasium's eyes (a -v1 exists); onebox has both.
+pytestmark = pytest.mark.filterwarnings("ignore:.*is out of date:DeprecationWarning")
+
+GAMES = {
+    # env id (-v1: minimal action set; -v0: all 6 actions) -> steps after the first reset (4 envs
+    # each); Freeway's episodes last 2501 steps, so it needs more to see them end.
+    "MinAtar/Breakout-v1": 1000,
+    "MinAtar/Breakout-v0": 1000,
+    "MinAtar/Freeway-v1": 2600,
+    "MinAtar/Freeway-v0": 2600,
+    "MinAtar/Asterix-v1": 1000,
+    "MinAtar/Asterix-v0": 1000,
+}
+"""The native MinAtar ids under test and their steps after the first reset (with a seed)."""
+
+LATER_STEPS = 300
+"""Steps after each later reset: one without a seed, then one with a new seed."""
+
+OPTIONS = {
+    "defaults": {},
+    "no-sticky-no-ramp": {"sticky_action_prob": 0.0, "difficulty_ramping": False},
+    "half-sticky-other-actions": {"sticky_action_prob": 0.5, "use_minimal_action_set": None},
+}
+"""Option sets of the cases; `use_minimal_action_set: None` flips the id's default."""
+
+NUM_ENVS = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def package_ids() -> Iterator[list[str]]:
+    """The package's Gymnasium ids, registered for this module only (Gymnasium 1.x does not load
+    the package's entry point by itself)."""
+    before = set(gymnasium.registry)
+    minatar_gym.register_envs()
+    added = sorted(set(gymnasium.registry) - before)
+    yield added
+    for env_id in added:
+        del gymnasium.registry[env_id]
+
+
+def resolve(env_id: str, options: dict) -> dict:
+    options = dict(options)
+    if "use_minimal_action_set" in options:
+        options["use_minimal_action_set"] = env_id.endswith("-v0")
+    return options
+
+
+def assert_same_step(ref: tuple, nat: tuple, where: str) -> None:
+    for name, a, b in zip(
+        ("obs", "reward", "terminated", "truncated"), ref[:4], nat[:4], strict=True
+    ):
+        if not np.array_equal(np.asarray(a, dtype=b.dtype), b):
+            raise AssertionError(f"{where}: {name} differs:\npackage {a}\nonebox  {b}")
+
+
+@pytest.mark.parametrize("options", list(OPTIONS), ids=list(OPTIONS))
+@pytest.mark.parametrize("env_id", list(GAMES))
+def test_same_trajectories_as_the_package(env_id: str, options: str) -> None:
+    kwargs = resolve(env_id, OPTIONS[options])
+    ref = gymnasium.make_vec(env_id, num_envs=NUM_ENVS, vectorization_mode="sync", **kwargs)
+    pool = onebox.envs.make(env_id, NUM_ENVS, num_threads=1, **kwargs)
+    assert pool.single_observation_space == ref.single_observation_space
+    assert pool.single_action_space == ref.single_action_space
+    rng = np.random.default_rng(7)
+    ends = 0
+    # Seed 3, then a reset without a seed (the streams go on), then a new seed.
+    phases = ((3, GAMES[env_id]), (None, LATER_STEPS), (2**32 - 1 - NUM_ENVS, LATER_STEPS))
+    for phase, (seed, steps) in enumerate(phases):
+        obs_ref, _ = ref.reset(seed=seed)
+        obs, _ = pool.reset(seed=seed)
+        assert obs.dtype == np.bool_ and obs.shape == (
+            NUM_ENVS,
+            *ref.single_observation_space.shape,
+        )
+        assert np.array_equal(obs_ref, obs), f"phase {phase}: reset observations differ"
+        for t in range(steps):
+            actions = rng.integers(0, ref.single_action_space.n, NUM_ENVS)
+            nat = pool.step(actions)
+            assert_same_step(ref.step(actions), nat, f"phase {phase}, step {t}")
+            ends += int(nat[2].sum())
+    assert ends >= NUM_ENVS, f"only {ends} episode ends: the episodes must end and restart"
+    ref.close()
+    pool.close()
+
+
+@pytest.mark.parametrize("env_id", ["MinAtar/Breakout-v1", "MinAtar/Asterix-v1"])
+def test_seeds_above_32_bits_seed_as_a_two_word_key(env_id: str) -> None:
+    # RandomState(seed) rejects seeds >= 2**32; onebox seeds them as RandomState([low, high]).
+    seed = 2**40 + 12345
+    pool = onebox.envs.make(env_id, 1, seed=seed, num_threads=1)
+    ref = gymnasium.make(env_id).unwrapped
+    random = np.random.RandomState([seed & 0xFFFFFFFF, seed >> 32])
+    ref.game.random = ref.game.env.random = random
+    ref.game.reset()
+    assert np.array_equal(pool.reset()[0][0], ref.game.state())
+    rng = np.random.default_rng(0)
+    for t in range(500):
+        a = int(rng.integers(ref.action_space.n))
+        nat = pool.step(np.array([a]))
+        if ref.game.env.terminal:  # the pool resets on this step (next-step autoreset)
+            ref.game.reset()
+            expected = (ref.game.state(), 0, False, False)
+        else:
+            expected = ref.step(a)
+        assert_same_step(tuple(np.asarray([v]) for v in expected), nat, f"step {t}")
+    pool.close()
+
+
+def test_ids_options_and_spaces_match_the_package(package_ids: list[str]) -> None:
+    """Every package id onebox has natively takes the package's options with its defaults."""
+    native = [i for i in package_ids if onebox.envs.backend_of(i) == "native"]
+    assert set(GAMES) <= set(native)
+    params = inspect.signature(minatar_gym.Environment.__init__).parameters
+    for env_id in native:
+        options = onebox.envs.env_options(env_id)
+        spec = gymnasium.spec(env_id)
+        assert options["use_minimal_action_set"][0] == spec.kwargs["use_minimal_action_set"]
+        for name in ("sticky_action_prob", "difficulty_ramping"):
+            assert options[name][0] == params[name].default, (env_id, name)
+        ref = gymnasium.make(env_id)
+        pool = onebox.envs.make(env_id, 2)
+        assert pool.single_observation_space == ref.observation_space
+        assert pool.single_action_space == ref.action_space
+        assert pool.spec.max_episode_steps == spec.max_episode_steps  # none
+        ref.close()
+        pool.close()
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+
+
+def test_unknown_game_lists_the_minatar_ids() -> None:
+    with pytest.raises(
+        ValueError, match=r"unknown env id 'MinAtar/Pong-v1'.*MinAtar ids:.*Breakout"
+    ):
+        onebox.envs.make("MinAtar/Pong-v1", 2)
+
+
+def test_an_option_the_game_does_not_have() -> None:
+    with pytest.raises(TypeError, match=r"MinAtar/Breakout-v1 has no option 'frameskip'"):
+        onebox.envs.make("MinAtar/Breakout-v1", 2, frameskip=4)
+    with pytest.raises(TypeError, match=r"Did you mean sticky_action_prob"):
+        onebox.envs.make("MinAtar/Breakout-v1", 2, sticky_action_probability=0.2)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
+def test_sticky_action_prob_outside_0_1(p: float) -> None:
+    with pytest.raises(ValueError, match=r"sticky_action_prob must be a probability in \[0, 1\]"):
+        onebox.envs.make("MinAtar/Asterix-v1", 2, sticky_action_prob=p)
