@@ -34,6 +34,10 @@ GAMES = {
     "MinAtar/Freeway-v0": 2600,
     "MinAtar/Asterix-v1": 1000,
     "MinAtar/Asterix-v0": 1000,
+    "MinAtar/Seaquest-v1": 1000,
+    "MinAtar/Seaquest-v0": 1000,
+    "MinAtar/SpaceInvaders-v1": 1000,
+    "MinAtar/SpaceInvaders-v0": 1000,
 }
 """The native MinAtar ids under test and their steps after the first reset (with a seed)."""
 
