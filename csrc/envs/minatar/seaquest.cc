@@ -1,4 +1,4 @@
-// MinAtar MinAtarSeaquest (minatar 1.0.15, environments/seaquest.py), step for step: a two-cell submarine
+// MinAtar Seaquest (minatar 1.0.15, environments/seaquest.py), step for step: a two-cell submarine
 // shoots enemy fish and subs (+1 each), picks up divers, and must surface before its oxygen runs
 // out; surfacing with 6 divers pays the oxygen left. Enemies and divers spawn on timers in random
 // rows and directions, drawn from the package's stream in its order; with difficulty ramping each
@@ -11,7 +11,10 @@
 // exactly rather than assuming identity.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "envs/minatar/minatar.h"
@@ -175,6 +178,62 @@ class MinAtarSeaquest {
     return {static_cast<double>(r), terminal_};
   }
 
+  // [oxygen, diver count, sub x, sub y, sub facing right, enemy spawn speed, enemy spawn timer,
+  // diver spawn timer, move speed, ramp index, shot timer, surfaced, terminal], then for each of
+  // the friendly bullets, enemy bullets, fish, enemy subs and divers: their count, then each
+  // object's [x, y, lr, move timer, shot timer] (0 where the package's list has no such field).
+  std::vector<double> GetState() const {
+    std::vector<double> s{double(oxygen_),        double(diver_count_),   double(sub_x_),
+                          double(sub_y_),         double(sub_or_),        double(e_spawn_speed_),
+                          double(e_spawn_timer_), double(d_spawn_timer_), double(move_speed_),
+                          double(ramp_index_),    double(shot_timer_),    double(surface_),
+                          double(terminal_)};
+    for (const Objects* list : Lists()) {
+      s.push_back(static_cast<double>(list->size()));
+      for (const Object& o : *list) s.insert(s.end(), o.f.begin(), o.f.end());
+    }
+    return s;
+  }
+
+  void SetState(const std::vector<double>& s) {
+    size_t at = 0;
+    auto next = [&](int lo, int hi, const char* what) {
+      if (at >= s.size()) throw std::invalid_argument("Seaquest state: too few values");
+      const double v = s[at++];
+      if (!(v >= lo && v <= hi) || v != std::floor(v))
+        throw std::invalid_argument(std::string("Seaquest state: ") + what +
+                                    " must be an integer in [" + std::to_string(lo) + ", " +
+                                    std::to_string(hi) + "]");
+      return static_cast<int>(v);
+    };
+    constexpr int kBig = 1 << 20;
+    oxygen_ = next(-kBig, kMaxOxygen, "oxygen");
+    diver_count_ = next(-kBig, 6, "diver count");
+    sub_x_ = next(0, 9, "sub x");
+    sub_y_ = next(0, 8, "sub y");
+    sub_or_ = next(0, 1, "sub facing right");
+    if (sub_x_ == (sub_or_ ? 0 : 9))
+      throw std::invalid_argument("Seaquest state: the sub's back cell is off the grid");
+    e_spawn_speed_ = next(0, kBig, "enemy spawn speed");
+    e_spawn_timer_ = next(0, kBig, "enemy spawn timer");
+    d_spawn_timer_ = next(0, kBig, "diver spawn timer");
+    move_speed_ = next(0, kBig, "move speed");
+    ramp_index_ = next(0, kBig, "ramp index");
+    shot_timer_ = next(0, kBig, "shot timer");
+    surface_ = next(0, 1, "surfaced");
+    terminal_ = next(0, 1, "terminal");
+    for (Objects* list : Lists()) {
+      list->Clear();
+      for (int n = next(0, kBig, "object count"); n > 0; --n) {
+        Object o;
+        o.f = {next(0, 9, "object x"), next(0, 9, "object y"), next(0, 1, "object lr"),
+               next(0, kBig, "object move timer"), next(0, kBig, "object shot timer")};
+        list->Append(o);
+      }
+    }
+    if (at != s.size()) throw std::invalid_argument("Seaquest state: too many values");
+  }
+
   void Draw(uint8_t* obs) const {
     auto set = [obs](int y, int x, int c) { minatar::Set(obs, kChannels, y, x, c); };
     set(sub_y_, sub_x_, kSubFront);
@@ -204,6 +263,13 @@ class MinAtarSeaquest {
   static constexpr int kInitMoveInterval = 5, kShotCoolDown = 5, kEnemyShotInterval = 10;
   static constexpr int kDiverMoveInterval = 5;
   enum { kX = 0, kY = 1, kLr = 2, kMoveTimer = 3, kShotTimer = 4 };
+
+  std::array<const Objects*, 5> Lists() const {
+    return {&f_bullets_, &e_bullets_, &e_fish_, &e_subs_, &divers_};
+  }
+  std::array<Objects*, 5> Lists() {
+    return {&f_bullets_, &e_bullets_, &e_fish_, &e_subs_, &divers_};
+  }
 
   static void Advance(Object& o) { o.x() += o.lr() ? 1 : -1; }
   static bool OffScreen(const Object& o) { return o.x() < 0 || o.x() > 9; }
