@@ -266,6 +266,81 @@ def test_long_games_with_the_difficulty_ramp(env_id: str, options: str) -> None:
         assert full_loads >= 1
 
 
+# ---- Seaquest's object lists ---------------------------------------------------------------------
+# The package removes Seaquest's objects by value (the first equal list) while iterating in reverse,
+# so when two objects coincide in every field the other one goes and the one at hand is visited
+# again. Here the package's game and the native one start from the same set-up states with such
+# twins (two bullets that meet, two divers) and must agree on the whole state, list order included.
+
+SEAQUEST_SCALARS = (
+    "oxygen", "diver_count", "sub_x", "sub_y", "sub_or", "e_spawn_speed", "e_spawn_timer",
+    "d_spawn_timer", "move_speed", "ramp_index", "shot_timer", "surface", "terminal",
+)  # fmt: skip
+SEAQUEST_LISTS = ("f_bullets", "e_bullets", "e_fish", "e_subs", "divers")
+
+
+def seaquest_state(game: object) -> np.ndarray:
+    """The package game's state in the layout of the native game's get_state."""
+    state = [float(getattr(game, name)) for name in SEAQUEST_SCALARS]
+    for name in SEAQUEST_LISTS:
+        objects = getattr(game, name)
+        state.append(len(objects))
+        for o in objects:
+            state.extend([*o, 0, 0][:5])
+    return np.array(state)
+
+
+SEAQUEST_TWINS = {
+    # The rear bullet lands on its twin, which a fish holds: the twin goes, the rear one is
+    # visited again and flies on; the bullet between them keeps its place in the list.
+    "bullets": {
+        "sub_x": 5, "sub_y": 6,
+        "f_bullets": [[8, 4, True], [2, 6, False], [7, 4, True]],
+        "e_fish": [[8, 4, True, 3]],
+    },
+    # The sub, one diver short of full, moves onto a diver whose twin then arrives: the first
+    # is picked up by value, the twin is visited again and stays, last in the list.
+    "divers": {
+        "sub_x": 4, "sub_y": 3, "sub_or": True, "diver_count": 5,
+        "divers": [[5, 3, True, 5], [1, 7, False, 3], [4, 3, True, 0]],
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("twins", list(SEAQUEST_TWINS))
+def test_seaquest_twin_objects_as_in_the_package(twins: str) -> None:
+    env_id = "MinAtar/Seaquest-v1"
+    ref = gymnasium.make(env_id, sticky_action_prob=0.0).unwrapped
+    pool = onebox.envs.make(env_id, 1, seed=5, num_threads=1, sticky_action_prob=0.0)
+    pool.reset()
+    ref.reset(seed=5)
+    game = ref.game.env
+    for name, value in SEAQUEST_TWINS[twins].items():
+        setattr(game, name, value)
+    pool.set_state(0, seaquest_state(game))
+    np.testing.assert_array_equal(pool.get_state(0), seaquest_state(game))
+    right = ref.action_set.index(3)
+    for t in range(12):
+        action = right if twins == "divers" and t == 0 else 0
+        nat = pool.step(np.array([action]))
+        expected = ref.step(action)
+        assert_same_step(tuple(np.asarray([v]) for v in expected[:4]), nat, f"step {t}")
+        np.testing.assert_array_equal(pool.get_state(0), seaquest_state(game), f"step {t}")
+
+
+def test_seaquest_state_errors() -> None:
+    pool = onebox.envs.make("MinAtar/Seaquest-v1", 1)
+    pool.reset()
+    state = pool.get_state(0)
+    with pytest.raises(ValueError, match="Seaquest state: too few values"):
+        pool.set_state(0, state[:-1])
+    with pytest.raises(ValueError, match="Seaquest state: too many values"):
+        pool.set_state(0, np.append(state, 0.0))
+    state[2] = 10.0
+    with pytest.raises(ValueError, match=r"Seaquest state: sub x must be an integer in \[0, 9\]"):
+        pool.set_state(0, state)
+
+
 # ---- bad input ---------------------------------------------------------------------------------
 
 
