@@ -251,12 +251,13 @@ def test_long_games_with_the_difficulty_ramp(env_id: str, options: str) -> None:
         else:
             expected = ref.step(a)
         assert_same_step(tuple(np.asarray([v]) for v in expected[:4]), nat, f"step {t}")
+        if "Seaquest" in env_id:  # its timers and object lists too
+            np.testing.assert_array_equal(pool.get_state(0), seaquest_state(game), f"step {t}")
         obs, reward = nat[0], float(nat[1][0])
         episode_return += reward
         full_loads += reward > 1  # Seaquest: surfacing with 6 divers pays for the oxygen left
         ramp = max(ramp, game.ramp_index)
     pool.close()
-    print(ramp, goals, ends, full_loads, t)
     assert goals >= 1, "no episode reached the goal and ended"
     if kwargs.get("difficulty_ramping", True):
         assert ramp >= ramp_goal

@@ -6,9 +6,10 @@
 // of oxygen, or on surfacing with no diver.
 //
 // The package keeps its objects in Python lists, iterates some of them in reverse while removing
-// from them, and removes by value (the first equal list, not necessarily the one at hand). Objects
-// that coincide in every field are rare but possible, so `Objects` mimics those list semantics
-// exactly rather than assuming identity.
+// from them, and removes by value: the first equal list, not necessarily the one at hand, which is
+// then visited again. Twins are rare (two friendly bullets a cell apart as an enemy spawns in front
+// of them) and have so far changed nothing visible, but `Objects` and `Held` follow the list
+// semantics exactly, so the whole state, list order included, stays the package's.
 #include <algorithm>
 #include <array>
 #include <cmath>
