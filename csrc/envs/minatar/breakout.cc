@@ -23,7 +23,6 @@ class MinAtarBreakout {
       dir_ = 3;
     }
     pos_ = 4;
-    std::memset(bricks_, 0, sizeof(bricks_));
     Rebuild();
     strike_ = false;
     last_x_ = ball_x_;
@@ -52,12 +51,12 @@ class MinAtarBreakout {
     if (new_y < 0) {
       new_y = 0;
       dir_ = kFlipY[dir_];
-    } else if (bricks_[new_y][new_x]) {
+    } else if (HasBrick(new_y, new_x)) {
       strike_toggle = true;
       if (!strike_) {
         r += 1.0;
         strike_ = true;
-        bricks_[new_y][new_x] = 0;
+        bricks_[BrickIndex(new_y, new_x)] = 0;
         --num_bricks_;
         new_y = last_y_;
         dir_ = kFlipY[dir_];
@@ -81,23 +80,29 @@ class MinAtarBreakout {
   }
 
   void Draw(uint8_t* obs) const {
+    std::memcpy(obs + kBrickRows * minatar::kSize * kChannels, bricks_, sizeof(bricks_));
     minatar::Set(obs, kChannels, ball_y_, ball_x_, 1);
     minatar::Set(obs, kChannels, 9, pos_, 0);
     minatar::Set(obs, kChannels, last_y_, last_x_, 2);
-    for (int y = 1; y < 4; ++y)  // bricks live in rows 1..3 only
-      for (int x = 0; x < minatar::kSize; ++x)
-        if (bricks_[y][x]) minatar::Set(obs, kChannels, y, x, 3);
   }
 
  private:
+  // Bricks exist in rows 1..3 only.
+  static constexpr int kBrickRows = 1, kNumBrickRows = 3;
+  static int BrickIndex(int y, int x) {
+    return ((y - kBrickRows) * minatar::kSize + x) * kChannels + 3;
+  }
+  bool HasBrick(int y, int x) const {
+    return y >= kBrickRows && y < kBrickRows + kNumBrickRows && bricks_[BrickIndex(y, x)];
+  }
   void Rebuild() {
-    for (int y = 1; y < 4; ++y)
-      for (int x = 0; x < minatar::kSize; ++x) bricks_[y][x] = 1;
-    num_bricks_ = 30;
+    for (int k = 0; k < kNumBrickRows * minatar::kSize; ++k) bricks_[k * kChannels + 3] = 1;
+    num_bricks_ = kNumBrickRows * minatar::kSize;
   }
   int ball_x_ = 0, ball_y_ = 0, dir_ = 0, pos_ = 4, last_x_ = 0, last_y_ = 0, num_bricks_ = 0;
   bool strike_ = false, terminal_ = false;
-  uint8_t bricks_[minatar::kSize][minatar::kSize] = {};
+  // Rows 1..3 of the observation with only the brick channel set: drawn with one copy.
+  uint8_t bricks_[kNumBrickRows * minatar::kSize * kChannels] = {};
 };
 
 ONEBOX_REGISTER_MINATAR(MinAtarBreakout, "Breakout");

@@ -10,6 +10,8 @@ Backends are rows of `PEERS`: a name, a family (what `--peers` also accepts) and
 builds a `Loop` for a `Task`, or raises `Unavailable` to say why it cannot (not installed, no
 such env, too many processes). Other env families (Atari against ALE's AtariVectorEnv, MuJoCo)
 are more rows: `make` functions that map the env id to their own and build their vector env.
+MinAtar's native games (`MinAtar/Breakout-v1`, ...) run against the `minatar` package, whose
+Gymnasium envs the Gymnasium rows and the process rows make (`register_minatar`).
 """
 
 from __future__ import annotations
@@ -190,9 +192,26 @@ def onebox_python_policy(task: Task) -> Loop:
 # ---- Gymnasium ---------------------------------------------------------------------------------
 
 
+def register_minatar(env_id: str) -> None:
+    """Register the `minatar` package's Gymnasium ids (`MinAtar/Breakout-v1`, ...) for the peers
+    that run the package, Gymnasium's vector envs and onebox's process backend (Gymnasium 1.x does
+    not load the package's entry point by itself). Nothing for other ids, or without the package
+    (those peers then say n/a)."""
+    import gymnasium as gym
+
+    if not env_id.startswith("MinAtar/") or env_id in gym.registry:
+        return
+    try:
+        import minatar.gym
+    except ImportError:
+        return
+    minatar.gym.register_envs()
+
+
 def _gymnasium_spec(task: Task) -> Any:
     import gymnasium as gym
 
+    register_minatar(task.env_id)
     try:
         return gym.spec(task.env_id)
     except gym.error.Error as e:

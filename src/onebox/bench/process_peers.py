@@ -56,8 +56,9 @@ if BUSY_ID not in gym.registry:
 
 def _process_pool(task: Any, batch_size: int | None) -> Any:
     import onebox.envs
-    from onebox.bench.envs import Unavailable
+    from onebox.bench.envs import Unavailable, register_minatar
 
+    register_minatar(task.env_id)
     if task.env_id not in gym.registry:
         raise Unavailable(f"n/a: Gymnasium has no {task.env_id}")
     return onebox.envs.make(
