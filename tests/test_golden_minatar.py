@@ -187,6 +187,7 @@ def lookahead(game: object, action: int, horizon: int, random: np.random.RandomS
 
 
 def toward(target: int, at: int, less: int, more: int, there: int) -> int:
+    """The action that moves from `at` toward `target` on a line, or `there` once at it."""
     return there if target == at else (more if target > at else less)
 
 
@@ -292,15 +293,15 @@ def seaquest_state(game: object) -> np.ndarray:
 
 
 SEAQUEST_TWINS = {
-    # The rear bullet lands on its twin, which a fish holds: the twin goes, the rear one is
-    # visited again and flies on; the bullet between them keeps its place in the list.
+    # The rear bullet catches up with its twin where a fish is: the fish and the front twin go
+    # (removed by value), the rear one is visited again and flies on, now after the middle one.
     "bullets": {
         "sub_x": 5, "sub_y": 6,
         "f_bullets": [[8, 4, True], [2, 6, False], [7, 4, True]],
         "e_fish": [[8, 4, True, 3]],
     },
-    # The sub, one diver short of full, moves onto a diver whose twin then arrives: the first
-    # is picked up by value, the twin is visited again and stays, last in the list.
+    # The sub, one diver short of full, moves onto a diver whose twin then arrives there: the
+    # first is picked up (removed by value), the twin is visited again and stays, now last.
     "divers": {
         "sub_x": 4, "sub_y": 3, "sub_or": True, "diver_count": 5,
         "divers": [[5, 3, True, 5], [1, 7, False, 3], [4, 3, True, 0]],
