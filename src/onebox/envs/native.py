@@ -162,7 +162,9 @@ class NativeEnvPool(EnvPool):
         num_threads: worker threads (default: physical cores). Cheap steps run inline on the
             calling thread whatever this says; the engine times the steps to decide.
         seed: base seed; env i uses `seed + i`. Its episode k draws from a stream keyed by
-            (seed + i, k), so results do not depend on threads or scheduling.
+            (seed + i, k), so results do not depend on threads or scheduling. (The MinAtar games
+            draw from one stream per seed, numpy's `RandomState(seed + i)`, as the `minatar`
+            package does.)
         autoreset_mode: `NextStep` (Gymnasium's default) or `SameStep` (final observation and
             info in `info["final_obs"]`, `info["final_info"]`).
         max_episode_steps: time limit (truncation); default: the env's own.
