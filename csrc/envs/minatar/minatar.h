@@ -29,6 +29,9 @@
 //   minatar::Set(obs, C, y, x, c)  state[y, x, c] = True in a (10, 10, C) observation.
 //   minatar::kSize = 10; actions kNoop, kLeft, kUp, kRight, kDown, kFire = 0..5.
 //
+// A game may also have std::vector<double> GetState() const and void SetState(const
+// std::vector<double>&) (the env's get_state/set_state, for tests).
+//
 // minatar::Env<Game, minimal_by_default> wraps a game as the package's Gymnasium env
 // (minatar.gym.BaseEnv over minatar.Environment): options sticky_action_prob (0.1),
 // difficulty_ramping (true) and use_minimal_action_set (false for -v0, true for -v1); observations
@@ -46,6 +49,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/registry.h"
@@ -193,6 +197,17 @@ class Env {
     const StepResult r = game_.Act(a, random_);
     Draw(obs);
     return r;
+  }
+
+  // The game's state as numbers, for tests that set up a situation (only for a game that has
+  // GetState/SetState; the random stream and the last action are not part of it).
+  template <class G = Game>
+  auto GetState() const -> decltype(std::declval<const G&>().GetState()) {
+    return game_.GetState();
+  }
+  template <class G = Game>
+  auto SetState(const std::vector<double>& s) -> decltype(std::declval<G&>().SetState(s)) {
+    game_.SetState(s);
   }
 
  private:
