@@ -55,7 +55,8 @@ class Canvas:
     def polygon(self, points: Any, color: tuple[int, int, int]) -> None:
         """A filled convex polygon."""
         p = np.asarray(points, dtype=np.float64)
-        if np.cross(p[1] - p[0], p[2] - p[0]) < 0:
+        (ax, ay), (bx, by) = p[1] - p[0], p[2] - p[0]
+        if ax * by - ay * bx < 0:
             p = p[::-1]  # counterclockwise: inside is left of every edge
         edges = list(zip(p, np.roll(p, -1, axis=0), strict=True))
 
