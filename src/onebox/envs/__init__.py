@@ -94,7 +94,12 @@ def choose_backend(env_id: str) -> BackendChoice:
     if is_mujoco_v5(env_id) and (reason := mujoco_unavailable()) is not None:
         return BackendChoice("process", f"process: {reason}", fallback=True)
     for backend in BACKENDS:
-        if _pool_class(backend).handles(env_id):
+        pool = _pool_class(backend)
+        if pool.handles(env_id):
+            if backend == "atari" and not pool.ids():  # claimed without ale-py: make says so
+                return BackendChoice(
+                    backend, 'ALE vector engine, not installed: pip install "onebox[atari]"'
+                )
             return BackendChoice(backend, WHY[backend])
     return BackendChoice(None, "no backend has it")
 
