@@ -47,7 +47,8 @@ def test_classic_frames_look_like_gymnasiums(env_id: str) -> None:
 
 
 def test_eval_video_of_a_cartpole_run_without_pygame(tmp_path: Path) -> None:
-    """`onebox eval --video` after `pip install .`: pygame is not needed (blocked here)."""
+    """`onebox eval --video` plays the policy and records its first episode, with only what
+    `pip install .` installs: pygame is not needed (blocked here)."""
     assert cli.main(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "512",
                      "--runs-dir", str(tmp_path), "--name", "run"]) == 0  # fmt: skip
     run_dir = tmp_path / "run"
@@ -58,6 +59,7 @@ def test_eval_video_of_a_cartpole_run_without_pygame(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
+    assert "CartPole-v1: 1 episodes" in out.stdout and "video:" in out.stdout
     length = float(re.search(r"length ([\d.]+)", out.stdout).group(1))
     import imageio.v3 as iio
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from onebox.envs.base import EnvPool, physical_cores
-from onebox.envs.mujoco_module import is_mujoco_v5, mujoco_unavailable
+from onebox.envs.mujoco_module import is_mujoco_v5, mujoco_library, mujoco_unavailable
 from onebox.envs.native import NativeEnvPool
 from onebox.envs.process import ProcessEnvPool
 
@@ -100,6 +100,8 @@ def choose_backend(env_id: str) -> BackendChoice:
                 return BackendChoice(
                     backend, 'ALE vector engine, not installed: pip install "onebox[atari]"'
                 )
+            if backend == "native" and is_mujoco_v5(env_id):
+                return BackendChoice(backend, f"native C++ (MuJoCo {mujoco_library()[0]}, bundled)")
             return BackendChoice(backend, WHY[backend])
     return BackendChoice(None, "no backend has it")
 

@@ -63,6 +63,7 @@ class _DlInfo(ctypes.Structure):
     ]
 
 
+@functools.cache
 def mujoco_library() -> tuple[str, str]:
     """(version, path) of the libmujoco that `onebox._mujoco` runs on.
 
