@@ -103,11 +103,24 @@ needs_mujoco = pytest.mark.skipif(
 
 
 @needs_mujoco
-def test_mujoco_without_opengl_names_only_mujocos_needs() -> None:
-    out = render_mujoco("bogus")  # no such OpenGL backend
-    assert out.startswith("ERROR: HalfCheetah-v5 cannot render")
-    assert "MUJOCO_GL=egl" in out and "MUJOCO_GL=osmesa" in out and "libosmesa6" in out
-    assert "pygame" not in out
+def test_eval_video_without_opengl_names_only_mujocos_needs(tmp_path: Path) -> None:
+    """`onebox eval --video` of a MuJoCo run where MuJoCo has no OpenGL backend (MUJOCO_GL names
+    none that exists): an error naming what MuJoCo's rendering needs, no traceback."""
+    assert cli.main(["train", "ppo", "--env", "InvertedPendulum-v5", "--total-steps", "64",
+                     "--num-steps", "32", "--num-envs", "2", "--runs-dir", str(tmp_path),
+                     "--name", "run"]) == 0  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "onebox", "eval", str(tmp_path / "run"), "--video"],
+        env={**os.environ, "MUJOCO_GL": "bogus"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("onebox: error: InvertedPendulum-v5 cannot render")
+    assert "MUJOCO_GL=egl" in out.stderr and "MUJOCO_GL=osmesa" in out.stderr
+    assert "libosmesa6" in out.stderr and "pygame" not in out.stderr
+    assert not (tmp_path / "run" / "videos").exists()
 
 
 @pytest.mark.skipif(mujoco_module() is None, reason="onebox was built without MuJoCo")

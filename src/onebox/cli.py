@@ -195,6 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # bad input a command found (an unknown env id, ...)
         print(f"onebox: error: {e}", file=sys.stderr)
         code = 2
+    except RuntimeError as e:
+        from onebox.envs.render import RenderUnavailable  # imported only when needed
+
+        if not isinstance(e, RenderUnavailable):
+            raise
+        print(f"onebox: error: {e}", file=sys.stderr)  # `--video` without what it needs
+        code = 1
     return int(code or 0)
 
 

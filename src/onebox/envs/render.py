@@ -173,6 +173,12 @@ CLASSIC: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 """Env id -> its drawing from the env's state (`NativeEnvPool.get_state`)."""
 
+
+class RenderUnavailable(RuntimeError):
+    """An env's frames cannot be drawn: something its renderer needs is missing (the message
+    names it and how to get it)."""
+
+
 MUJOCO_GL_HINT = (
     "MuJoCo draws with OpenGL, chosen by MUJOCO_GL: with no display use MUJOCO_GL=egl (a GPU "
     "driver or Mesa's libEGL: apt install libegl1) or MUJOCO_GL=osmesa (apt install libosmesa6)"
@@ -191,12 +197,12 @@ class MujocoFrames:
         try:
             self.env = gymnasium.make(env_id, render_mode="rgb_array", **options).unwrapped
         except gymnasium.error.DependencyNotInstalled:
-            raise RuntimeError(
+            raise RenderUnavailable(
                 f"{env_id} videos need the `mujoco` package (any version; it only draws): "
                 'pip install "onebox[mujoco]"'
             ) from None
         except RuntimeError as e:  # `import mujoco` rejects MUJOCO_GL
-            raise RuntimeError(f"{env_id} cannot render ({e}). {MUJOCO_GL_HINT}") from None
+            raise RenderUnavailable(f"{env_id} cannot render ({e}). {MUJOCO_GL_HINT}") from None
         self.env.reset(seed=0)
         self.env_id = env_id
 
@@ -206,7 +212,7 @@ class MujocoFrames:
         try:
             return self.env.render()
         except Exception as e:  # no OpenGL context: the error types vary by backend
-            raise RuntimeError(
+            raise RenderUnavailable(
                 f"{self.env_id} cannot render ({type(e).__name__}: {e}). {MUJOCO_GL_HINT}"
             ) from e
 
@@ -222,4 +228,4 @@ def frames_of(env_id: str, options: dict[str, Any]) -> Callable[[np.ndarray], np
 
     if is_mujoco_v5(env_id):
         return MujocoFrames(env_id, options)
-    raise NotImplementedError(f"{env_id} has no renderer")
+    raise RenderUnavailable(f"{env_id} has no renderer in onebox")
