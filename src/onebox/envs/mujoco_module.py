@@ -79,8 +79,7 @@ def mujoco_library() -> tuple[str, str]:
     version_string = handle.mj_versionString
     version_string.restype = ctypes.c_char_p
     info = _DlInfo()
-    if not ctypes.CDLL(None).dladdr(
-        ctypes.cast(version_string, ctypes.c_void_p), ctypes.byref(info)
-    ):
+    libdl = ctypes.CDLL("libdl.so.2")  # glibc's dladdr: in libdl, or in libc, which libdl loads
+    if not libdl.dladdr(ctypes.cast(version_string, ctypes.c_void_p), ctypes.byref(info)):
         raise RuntimeError("dladdr found no library for mj_versionString")
     return version_string().decode(), os.path.realpath(info.dli_fname.decode())
