@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from onebox.envs.mujoco_module import is_mujoco_v5
+
 SUBSAMPLES = 4
 """Samples per pixel along each axis: a pixel's color is its shapes' blend by covered fraction."""
 
@@ -224,8 +226,6 @@ def frames_of(env_id: str, options: dict[str, Any]) -> Callable[[np.ndarray], np
     """A function from an env's state to its RGB frame (uint8, height x width x 3)."""
     if env_id in CLASSIC:
         return CLASSIC[env_id]
-    from onebox.envs.mujoco_module import is_mujoco_v5
-
     if is_mujoco_v5(env_id):
         return MujocoFrames(env_id, options)
     raise RenderUnavailable(f"{env_id} has no renderer in onebox")
