@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import onebox.envs
 from onebox import cli
 from onebox.bench import common
 from onebox.bench import envs as bench_envs
@@ -65,6 +66,39 @@ def test_envs_lists_every_backend(capsys):
     out = capsys.readouterr().out
     assert "CartPole-v1" in out and "native" in out
     assert "LunarLander-v3" in out and "process" in out  # any Gymnasium id, in worker processes
+
+
+def test_envs_says_why_each_id_gets_its_backend(capsys):
+    assert cli.main(["envs"]) == 0
+    rows = {
+        cells[1]: cells[2:4]
+        for line in capsys.readouterr().out.splitlines()
+        if len(cells := [c.strip() for c in line.split("│")]) > 4
+    }
+    assert rows["CartPole-v1"] == ["native", "native C++"]
+    assert rows["LunarLander-v3"] == ["process", "process: no native port"]
+    if rows.get("Pong-v5"):  # with ale-py
+        assert rows["Pong-v5"] == ["atari", "ALE vector engine"]
+    choice = onebox.envs.choose_backend("LunarLander-v3")
+    assert (choice.backend, choice.fallback) == ("process", False)
+    assert onebox.envs.choose_backend("NoSuchEnv-v0").backend is None
+
+
+def test_atari_without_ale_py_says_how_to_install_it():
+    code = """
+import sys
+sys.modules["ale_py"] = None  # as if not installed
+import onebox.envs
+print(onebox.envs.choose_backend("Pong-v5").why)
+try:
+    onebox.envs.make("Pong-v5")
+except ImportError as e:
+    print("ERROR:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    why, error = out.stdout.splitlines()
+    assert why == 'ALE vector engine, not installed: pip install "onebox[atari]"'
+    assert error.startswith("ERROR: Atari envs need ale-py") and "onebox[atari]" in error
 
 
 def test_envs_filters_and_shows_spaces(capsys):

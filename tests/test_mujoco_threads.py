@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import onebox.envs
+from onebox.envs.mujoco_module import mujoco_module
 
-pytest.importorskip("mujoco")
+pytestmark = pytest.mark.skipif(mujoco_module() is None, reason="onebox was built without MuJoCo")
 
 ENV = "Hopper-v5"
 N = 13

@@ -55,7 +55,7 @@ class Group:
 
 @dataclasses.dataclass
 class EnvsConfig:
-    """List every env onebox can make, with its backend."""
+    """List every env onebox can make, with its backend and why it gets that backend."""
 
     backend: str | None = None
     """Only this backend's envs (native, atari, process)."""
@@ -129,7 +129,7 @@ COMMANDS: dict[str, Command | Group] = {
         run="onebox.algos.launch:evaluate",
     ),
     "envs": Command(
-        "List every env with its backend (`--spaces` for spaces and time limits).",
+        "List every env with its backend and why (`--spaces` for spaces and time limits).",
         config="onebox.cli:EnvsConfig",
         run="onebox.cli:list_envs",
     ),
@@ -201,6 +201,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # bad input a command found (an unknown env id, ...)
         print(f"onebox: error: {e}", file=sys.stderr)
         code = 2
+    except RuntimeError as e:
+        from onebox.envs.render import RenderUnavailable  # imported only when needed
+
+        if not isinstance(e, RenderUnavailable):
+            raise
+        print(f"onebox: error: {e}", file=sys.stderr)  # `--video` without what it needs
+        code = 1
     return int(code or 0)
 
 
@@ -249,7 +256,7 @@ def _load(target: str) -> Any:
 
 
 def list_envs(config: EnvsConfig) -> int:
-    """Print a table of the envs: id and backend, and with `--spaces` their spaces and limit."""
+    """Print a table of the envs: id, backend and why, and with `--spaces` their spaces and limit."""
     from rich.table import Table
 
     import onebox.envs
@@ -261,20 +268,21 @@ def list_envs(config: EnvsConfig) -> int:
         )
     rows = []
     for env_id in onebox.envs.list_envs():
-        backend = onebox.envs.backend_of(env_id)
-        if config.backend is not None and backend != config.backend:
-            continue
         if config.match is not None and config.match.lower() not in env_id.lower():
             continue
-        rows.append((env_id, backend or ""))
-    columns = ["env id", "backend"]
+        choice = onebox.envs.choose_backend(env_id)
+        if config.backend is not None and choice.backend != config.backend:
+            continue
+        why = f"[red]{choice.why}[/red]" if choice.fallback else choice.why
+        rows.append((env_id, choice.backend or "", why))
+    columns = ["env id", "backend", "why"]
     if config.spaces:
         columns += ["observation space", "action space", "time limit"]
     table = Table(title=f"onebox envs ({len(rows)})")
     for column in columns:
         table.add_column(column, no_wrap=column == "env id")
-    for env_id, backend in rows:
-        table.add_row(env_id, backend, *(_describe(env_id) if config.spaces else ()))
+    for env_id, backend, why in rows:
+        table.add_row(env_id, backend, why, *(_describe(env_id) if config.spaces else ()))
     console().print(table)
     return 0
 

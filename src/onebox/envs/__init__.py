@@ -11,26 +11,34 @@ to finish with their ids in `info["env_id"]`.
 
 Backends are pool classes listed in `BACKENDS`, fastest first; `make` picks the first whose
 `handles(env_id)` is true, or the one named by `backend=`. Any Gymnasium id, or `env_fn=`, runs in
-worker processes (`ProcessEnvPool`, the last backend).
+worker processes (`ProcessEnvPool`, the last backend). `choose_backend(env_id)` says which backend
+an id gets and why; when that is a slower one than the id normally gets (a native MuJoCo id whose
+module failed to load), `make` warns with a `BackendFallbackWarning` saying how to get the fast one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from onebox.envs.base import EnvPool, physical_cores
+from onebox.envs.mujoco_module import is_mujoco_v5, mujoco_library, mujoco_unavailable
 from onebox.envs.native import NativeEnvPool
 from onebox.envs.process import ProcessEnvPool
 
 __all__ = [
     "BACKENDS",
+    "BackendChoice",
+    "BackendFallbackWarning",
     "EnvPool",
     "NativeEnvPool",
     "ProcessEnvPool",
     "backend_of",
+    "choose_backend",
     "env_options",
     "list_envs",
     "make",
@@ -59,12 +67,53 @@ def _pool_class(backend: str) -> type[EnvPool]:
     return getattr(importlib.import_module(module), name)
 
 
+WHY: dict[str, str] = {
+    "native": "native C++",
+    "atari": "ALE vector engine",
+    "process": "process: no native port",
+}
+"""Backend -> why an id that it handles gets it (when it is the id's usual backend)."""
+
+
+class BackendFallbackWarning(UserWarning):
+    """`make` runs an id in a slower backend than it normally gets; the message says why and how
+    to get the fast one. `warnings.simplefilter("error", BackendFallbackWarning)` makes it an error;
+    passing that backend explicitly (`backend="process"`) silences it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendChoice:
+    """The backend `make` uses for an id, and why."""
+
+    backend: str | None
+    """A key of `BACKENDS`, or None when no backend has the id."""
+    why: str
+    """Why, e.g. "native C++" or "process: no native port"."""
+    fallback: bool = False
+    """Whether this backend stands in for a faster one that is unavailable."""
+
+
+def choose_backend(env_id: str) -> BackendChoice:
+    """The backend `make` would use for `env_id` (the first in `BACKENDS` that handles it), why,
+    and whether that is a fallback from the id's usual backend."""
+    if is_mujoco_v5(env_id) and (reason := mujoco_unavailable()) is not None:
+        return BackendChoice("process", f"process: {reason}", fallback=True)
+    for backend in BACKENDS:
+        pool = _pool_class(backend)
+        if pool.handles(env_id):
+            if backend == "atari" and not pool.ids():  # claimed without ale-py: make says so
+                return BackendChoice(
+                    backend, 'ALE vector engine, not installed: pip install "onebox[atari]"'
+                )
+            if backend == "native" and is_mujoco_v5(env_id):
+                return BackendChoice(backend, f"native C++ (MuJoCo {mujoco_library()[0]}, bundled)")
+            return BackendChoice(backend, WHY[backend])
+    return BackendChoice(None, "no backend has it")
+
+
 def backend_of(env_id: str) -> str | None:
     """The backend `make` would use for `env_id`, or None if no backend handles it."""
-    for backend in BACKENDS:
-        if _pool_class(backend).handles(env_id):
-            return backend
-    return None
+    return choose_backend(env_id).backend
 
 
 def list_envs() -> list[str]:
@@ -106,7 +155,8 @@ def make(
         )
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {type(env_id).__name__}")
-    chosen = backend if backend is not None else backend_of(env_id)
+    choice = choose_backend(env_id) if backend is None else BackendChoice(backend, "chosen")
+    chosen = choice.backend
     if chosen is None:
         close = difflib.get_close_matches(env_id, list_envs(), n=3, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
@@ -118,6 +168,14 @@ def make(
     pool = _pool_class(chosen)
     if not pool.handles(env_id):
         raise ValueError(f"the {chosen} backend has no env {env_id!r}; `onebox envs` lists its ids")
+    if choice.fallback:
+        warnings.warn(
+            f"{env_id} runs in the {chosen} backend, several times slower than its usual one: "
+            f"{choice.why.removeprefix(chosen + ': ')}. Pass backend={chosen!r} to choose it "
+            "explicitly.",
+            BackendFallbackWarning,
+            stacklevel=2,
+        )
     return pool(
         env_id,
         num_envs,

@@ -1,14 +1,11 @@
-"""Env pools backed by the C++ engine: `onebox._engine` (classic control) and, when the `mujoco`
-package is installed (`pip install "onebox[mujoco]"`), `onebox._mujoco` (MuJoCo locomotion)."""
+"""Env pools backed by the C++ engine: `onebox._engine` (classic control) and `onebox._mujoco`
+(MuJoCo locomotion, on the libmujoco onebox ships: see `onebox.envs.mujoco_module`)."""
 
 from __future__ import annotations
 
 import difflib
 import functools
-import importlib
-import importlib.util
 import os
-import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -30,37 +27,17 @@ from onebox.envs.base import (
     parse_autoreset_mode,
     split_reset_options,
 )
+from onebox.envs.mujoco_module import mujoco_module
+from onebox.envs.render import frames_of
 
 _AUTORESET = {AutoresetMode.NEXT_STEP: 0, AutoresetMode.SAME_STEP: 1, AutoresetMode.DISABLED: 2}
 """The engine's code of each autoreset mode (`onebox::Autoreset`)."""
 
 
 @functools.cache
-def _mujoco_module() -> ModuleType | None:
-    """`onebox._mujoco`, or None (with a warning if `mujoco` is installed but it cannot load)."""
-    if importlib.util.find_spec("mujoco") is None:
-        return None
-    try:
-        return importlib.import_module("onebox._mujoco")
-    except ImportError:
-        pass
-    try:  # libmujoco is not next to onebox in site-packages: let the mujoco package load it
-        importlib.import_module("mujoco")
-        return importlib.import_module("onebox._mujoco")
-    except ImportError as e:
-        warnings.warn(
-            f"the MuJoCo envs are unavailable ({e}). onebox's MuJoCo module must be built against "
-            'the installed mujoco version: reinstall with `pip install "onebox[mujoco]"`.',
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return None
-
-
-@functools.cache
 def _module_table() -> dict[str, ModuleType]:
     table = {env_id: _engine for env_id in _engine.list_envs()}
-    mujoco = _mujoco_module()
+    mujoco = mujoco_module()
     if mujoco is not None:
         table.update({env_id: mujoco for env_id in mujoco.list_envs()})
     return table
@@ -71,7 +48,7 @@ def _module_of(env_id: str) -> ModuleType:
 
 
 def native_ids() -> list[str]:
-    """Ids of the envs implemented in C++ (the MuJoCo ones only if `mujoco` is installed)."""
+    """Ids of the envs implemented in C++ (the MuJoCo ones only if `onebox._mujoco` loads)."""
     return sorted(_module_table())
 
 
@@ -177,8 +154,8 @@ class NativeEnvPool(EnvPool):
         copy: return fresh arrays (default). `False` returns views of the engine's buffers,
             overwritten by the next call: faster, but copy what you keep.
         thread_affinity_offset: pin worker k to CPU `offset + k`; -1 (default) leaves them free.
-        render_mode: None, or "rgb_array" to draw frames with `render()` (Gymnasium's renderer of
-            the same env, fed each env's state; needs pygame: `pip install "onebox[render]"`).
+        render_mode: None, or "rgb_array" to draw frames with `render()` (MuJoCo envs need the
+            `mujoco` package and OpenGL for it: `pip install "onebox[mujoco]"`).
         **env_kwargs: the env's own options (e.g. `sutton_barto_reward=True` for CartPole).
 
     Bad input raises `ValueError`/`TypeError`; using the pool after `close()` raises `RuntimeError`.
@@ -362,48 +339,22 @@ class NativeEnvPool(EnvPool):
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the worker threads."""
         self._engine.close()
-        if self._renderer is not None:
-            self._renderer.close()
+        close = getattr(self._renderer, "close", None)
+        if close is not None:
+            close()
 
     def render(self) -> tuple[np.ndarray, ...] | None:
-        """One RGB frame per env (`render_mode="rgb_array"`), drawn by Gymnasium's renderer of
-        the same env from each env's current state."""
+        """One RGB frame per env (`render_mode="rgb_array"`), drawn from each env's current state
+        (see `onebox.envs.render`: classic control with numpy, MuJoCo with Gymnasium's renderer)."""
         if self.render_mode is None:
             return None
         if self._renderer is None:
-            import os
-
-            import gymnasium
-
-            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # draw off-screen, no display
-
-            if self.spec is None or self.spec.id not in gymnasium.registry:
-                raise NotImplementedError(f"{self.spec and self.spec.id} has no renderer")
-            try:
-                self._renderer = gymnasium.make(self.spec.id, render_mode="rgb_array").unwrapped
-            except gymnasium.error.DependencyNotInstalled as e:
-                raise RuntimeError(
-                    f'rendering needs pygame: pip install "onebox[render]" ({e})'
-                ) from None
-            self._renderer.reset(seed=0)
-        frames = []
-        renderer = self._renderer
-        for i in range(self.num_envs):
-            state = np.asarray(self._engine.get_state(i), dtype=np.float64)
-            if hasattr(renderer, "set_state") and hasattr(renderer, "model"):  # MuJoCo
-                nq = renderer.model.nq
-                renderer.set_state(state[:nq], state[nq:])
-            else:  # classic control keeps its state in `.state`
-                renderer.state = state
-            try:
-                frames.append(renderer.render())
-            except Exception as e:  # no OpenGL for MuJoCo, ...
-                raise RuntimeError(
-                    f"{self.spec and self.spec.id} could not render ({type(e).__name__}: {e}); "
-                    "MuJoCo needs an OpenGL backend: MUJOCO_GL=egl (a GPU) or MUJOCO_GL=osmesa "
-                    "(apt install libosmesa6)"
-                ) from e
-        return tuple(frames)
+            assert self.spec is not None
+            self._renderer = frames_of(self.spec.id, self.spec.kwargs)
+        return tuple(
+            self._renderer(np.asarray(self._engine.get_state(i), dtype=np.float64))
+            for i in range(self.num_envs)
+        )
 
     # ---- closed-loop rollouts ------------------------------------------------------------------
 

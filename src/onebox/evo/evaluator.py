@@ -180,6 +180,7 @@ class PopulationEvaluator:
             )
         self.env_id = env_id
         self.backend = chosen
+        self._backend_arg = backend  # None: `make` chooses (and warns if it has to fall back)
         self._resets = chosen == "atari"  # see the module docstring: rounds or resets
         self.max_envs = max_envs
         if num_threads is None:
@@ -259,7 +260,7 @@ class PopulationEvaluator:
             num_envs,
             batch_size=batch_size,
             num_threads=num_threads,
-            backend=self.backend,
+            backend=self._backend_arg,
             copy=False,
             **kwargs,
         )
