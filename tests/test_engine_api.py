@@ -668,3 +668,19 @@ def test_pinned_threads_give_the_same_results():
 def test_bad_thread_affinity_offset(offset):
     with pytest.raises(ValueError, match="thread_affinity_offset"):
         onebox.envs.make("CartPole-v1", 2, thread_affinity_offset=offset)
+
+
+@pytest.mark.parametrize("num_threads", [1, 2, 3])
+def test_recv_passes_no_env_over(num_threads: int) -> None:
+    """A send/recv loop steps every env in turn: envs sent earlier come back first, even when cheap
+    steps run inline on the caller while a worker has not woken up for the envs queued before."""
+    with onebox.envs.make(
+        "CartPole-v1", 6, batch_size=3, num_threads=num_threads, seed=3, autoreset_mode="SameStep"
+    ) as envs:
+        envs.async_reset(seed=3)
+        steps = np.zeros(6, np.int64)
+        for _ in range(300):
+            ids = envs.recv()[4]["env_id"]
+            steps[ids] += 1
+            envs.send(np.zeros(3, np.int64), ids)
+    assert steps.max() - steps.min() <= 2, steps

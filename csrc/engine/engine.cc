@@ -117,6 +117,7 @@ Engine::Engine(const EnvSpec& spec, const EngineOptions& opt) : spec_(spec), opt
   // async work never overlap): at most ceil(num_envs / num_threads) of them.
   const int blocks = std::max(opt.num_threads, 1);
   queues_.resize(opt.num_threads + 1);
+  queued_at_.assign(opt.num_envs, 0);
   for (Queue& q : queues_) q.ids.resize((n + blocks - 1) / blocks);
   asleep_.assign(opt.num_threads, 0);
   done_.resize(n);
@@ -330,8 +331,9 @@ void Engine::Recv() {
                            " envs are pending but batch_size is " + std::to_string(b) +
                            "; send() more envs first");
   int32_t* ids = batch_.env_id.As<int32_t>();
-  // The caller would only wait: it steps pending envs itself until the batch is complete.
-  while (done_count_.load(std::memory_order_acquire) < b && HelpOnce()) {
+  // The caller would only wait: it steps pending envs itself until the batch is complete, oldest
+  // first, so that an env whose worker is slow to wake is not passed over call after call.
+  while (done_count_.load(std::memory_order_acquire) < b && HelpOnce(true)) {
   }
   {
     std::unique_lock<std::mutex> lock = WaitDoneLocked(b, kSpinAsync);
@@ -363,7 +365,9 @@ void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps, bool episode
   const int threads = static_cast<int>(workers_.size());
   const int helpers = threads - (caller_helps ? 1 : 0);
   const double cost = cost_ns_.load(std::memory_order_relaxed);
-  if (helpers <= 0 || (!episodes && n * cost < (caller_helps ? kInlineNs : kAsyncInlineNs))) {
+  // Cheap work runs inline, unless envs sent earlier still wait in the queues: they go first.
+  const bool cheap = !episodes && n * cost < (caller_helps ? kInlineNs : kAsyncInlineNs);
+  if (helpers <= 0 || (cheap && pending_count_.load(std::memory_order_acquire) == 0)) {
     Execute(ids, n);
     return;
   }
@@ -387,6 +391,7 @@ void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps, bool episode
       size_t at = q.head + q.count;
       q.ids[at >= cap ? at - cap : at] = ids[k];
       ++q.count;
+      queued_at_[ids[k]] = queue_clock_++;
     }
     workers_in_call_.store(helpers, std::memory_order_relaxed);
     sync_call_.store(caller_helps, std::memory_order_relaxed);
@@ -399,30 +404,38 @@ void Engine::Dispatch(const int32_t* ids, int n, bool caller_helps, bool episode
     }
 }
 
-bool Engine::HelpOnce() {
+bool Engine::HelpOnce(bool oldest) {
   int32_t* local = scratch_.back().data();
   int k;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    k = PopChunkLocked(0, local);
+    k = PopChunkLocked(0, local, oldest);
   }
   if (k) Execute(local, k);
   return k > 0;
 }
 
-int Engine::PopChunkLocked(int slot, int32_t* out) {
+int Engine::PopChunkLocked(int slot, int32_t* out, bool oldest) {
   if (pending_count_.load(std::memory_order_relaxed) == 0) return 0;
   Queue* q = &queues_[slot];
-  bool own = q->count > 0;
-  if (!own)  // steal from the fullest queue
+  bool front = q->count > 0;
+  if (oldest) {  // the queue whose first env has waited longest
+    q = nullptr;
+    for (Queue& other : queues_)
+      if (other.count &&
+          (!q || queued_at_[other.ids[other.head]] < queued_at_[q->ids[q->head]]))
+        q = &other;
+    front = true;
+  } else if (!front) {  // steal from the fullest queue
     for (Queue& other : queues_)
       if (other.count > q->count) q = &other;
+  }
   const int n = static_cast<int>(std::min<size_t>(chunk_size_, q->count));
   const size_t cap = q->ids.size();
   // The owner takes from the front; a thief from the back (what the owner would step last).
-  size_t at = own ? q->head : q->head + q->count - n;
+  size_t at = front ? q->head : q->head + q->count - n;
   for (int j = 0; j < n; ++j, ++at) out[j] = q->ids[at % cap];
-  if (own) q->head = (q->head + n) % cap;
+  if (front) q->head = (q->head + n) % cap;
   q->count -= n;
   pending_count_.fetch_sub(n, std::memory_order_relaxed);
   return n;

@@ -163,9 +163,11 @@ class Engine {
   void Dispatch(const int32_t* ids, int n, bool caller_helps, bool episodes = false);
   void Execute(const int32_t* ids, int n);
   // With mu_ held: pop a chunk for `slot` (0: the caller, k: worker k-1) into out, from its own
-  // queue, else from the back of the fullest other queue; returns the chunk's size (0: none left).
-  int PopChunkLocked(int slot, int32_t* out);
-  bool HelpOnce();  // the calling thread steps one pending chunk; false if none was pending
+  // queue, else from the back of the fullest other queue; `oldest`: from the front of the queue
+  // whose first env was queued longest ago. Returns the chunk's size (0: none left).
+  int PopChunkLocked(int slot, int32_t* out, bool oldest = false);
+  // The calling thread steps one pending chunk (`oldest`: as PopChunkLocked); false if none was.
+  bool HelpOnce(bool oldest = false);
   void WaitDone(int count);  // wait for `count` completions, then empty the done ring
   // Wait (polling for `spin`, then asleep) for `count` completions; returns with done_mu_ held.
   std::unique_lock<std::mutex> WaitDoneLocked(int count, std::chrono::microseconds spin);
@@ -189,6 +191,8 @@ class Engine {
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::vector<Queue> queues_;
+  std::vector<uint64_t> queued_at_;  // per env: when it was last queued (a count of queued envs)
+  uint64_t queue_clock_ = 0;
   std::atomic<int> pending_count_{0};  // in all queues
   int chunk_size_ = 1;
   std::vector<uint8_t> asleep_;        // per worker, under mu_
