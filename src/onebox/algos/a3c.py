@@ -64,6 +64,8 @@ class Config:
     """Steps per env between a worker's updates: the n of the n-step returns (t_max)."""
     learning_rate: float = 7e-4
     """Shared RMSprop learning rate."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the run (each worker from the global step)."""
     rms_alpha: float = 0.99
     """RMSprop smoothing constant."""
     rms_eps: float = 1e-5
@@ -192,6 +194,9 @@ def worker(
             nn.utils.clip_grad_norm_(local.parameters(), config.max_grad_norm)
             for mine, theirs in zip(local.parameters(), shared.parameters(), strict=True):
                 theirs.grad = mine.grad
+            if config.anneal_lr:
+                frac = max(0.0, 1.0 - int(steps.sum()) / config.total_steps)
+                optimizer.param_groups[0]["lr"] = frac * config.learning_rate
             optimizer.step()  # Hogwild: no lock around the shared weights
             steps[rank] += batch
             step = int(steps.sum())
