@@ -287,10 +287,13 @@ def test_classic_preset_solves_cartpole(tmp_path: Path, cls: type) -> None:
     assert _metric(tmp_path / "run", "fitness/score")[-1] >= 475
     assert (tmp_path / "run" / "curve.png").stat().st_size > 0
     assert _plays_well(tmp_path / "run") >= 475
-    if args.get("hidden") == (
-        0,
-    ):  # CartPole's 4 observations -> 2 action scores: 8 weights, 2 biases
-        assert load_checkpoint(tmp_path / "run")["best"].numel() == 10
+
+
+def test_ars_linear_policy_solves_cartpole(tmp_path: Path) -> None:
+    run(RSConfig(hidden=(0,), generations=25, **_common(tmp_path, "ars")))
+    assert max(_metric(tmp_path / "ars", "fitness/score")) == 500.0
+    # CartPole's 4 observations -> 2 action scores: 8 weights, 2 biases
+    assert load_checkpoint(tmp_path / "ars")["best"].numel() == 10
 
 
 def test_es_improves_pendulum() -> None:
