@@ -18,7 +18,8 @@ from onebox.evo.core import centered_ranks
 from onebox.evo.es import ES, ESParams
 from onebox.evo.evaluator import PopulationEvaluator
 from onebox.evo.ga import GA, GAParams, rebuild
-from onebox.evo.run import ESConfig, GAConfig, RSConfig, load_policy, run
+from onebox.evo.presets import PRESETS, Preset, env_family
+from onebox.evo.run import ESConfig, GAConfig, RSConfig, load_policy, params_of, resolve, run
 from onebox.nn.population import PopulationNet
 from onebox.run import load_checkpoint, load_config
 
@@ -257,6 +258,50 @@ def _metric(run_dir: Path, tag: str) -> list[float]:
 
 def _common(tmp_path: Path, name: str) -> dict:
     return dict(runs_dir=tmp_path, name=name, progress=False, num_threads=1, num_slots=32)
+
+
+# ---- presets ---------------------------------------------------------------------------------
+
+
+def test_every_preset_is_complete_and_valid() -> None:
+    for algo, by_family in PRESETS.items():
+        assert set(by_family) == {"classic", "mujoco", "atari"}, algo
+        for preset in by_family.values():
+            preset.params.check()  # every field set, every value in range
+            assert preset.generations >= 1
+    with pytest.raises(TypeError, match="populaton"):
+        Preset(GAParams(populaton=64), generations=10)  # type: ignore[call-arg]
+
+
+CLASSES = {"ga": GAConfig, "es": ESConfig, "rs": RSConfig}
+
+
+@pytest.mark.parametrize(
+    ("env_id", "family"),
+    [("CartPole-v1", "classic"), ("Pendulum-v1", "classic"), ("Acrobot-v1", "classic"),
+     ("HalfCheetah-v5", "mujoco"), ("Hopper-v5", "mujoco")],
+)  # fmt: skip
+def test_the_preset_follows_the_env_family(env_id: str, family: str) -> None:
+    assert env_family(env_id) == family
+    for algo, cls in CLASSES.items():
+        preset = PRESETS[algo][family]
+        config = resolve(cls(env=env_id))
+        assert config.preset == family and config.generations == preset.generations
+        assert params_of(config) == preset.params and config.hidden == preset.hidden
+        # any field given wins over the preset; the others still come from it
+        config = resolve(cls(env=env_id, population=20, generations=3, hidden=(8,)))
+        assert (config.population, config.generations, config.hidden) == (20, 3, (8,))
+        assert config.sigma == preset.params.sigma and config.episodes == preset.params.episodes
+
+
+def test_atari_gets_ubers_settings_and_a_preset_can_be_chosen() -> None:
+    pytest.importorskip("ale_py")
+    assert env_family("Pong-v5") == "atari"
+    config = resolve(GAConfig(env="Pong-v5"))
+    assert (config.population, config.truncation, config.sigma) == (1000, 20, 0.002)
+    assert (config.elite_candidates, config.elite_episodes, config.generations) == (10, 30, 100)
+    config = resolve(ESConfig(env="CartPole-v1", preset="atari"))
+    assert config.preset == "atari" and config.population == 5000
 
 
 def _plays_well(run_dir: Path) -> float:
