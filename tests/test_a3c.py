@@ -50,8 +50,8 @@ def test_cartpole_learns_with_a_shared_optimizer(tmp_path: Path) -> None:
     assert np.convolve(returns, np.ones(20) / 20, "valid").max() >= 200
     step = run.load_checkpoint(run_dir)["global_step"]
     assert step >= 150000
-    # 20 steps per update (4 envs x 5 steps); Hogwild increments may rarely collide.
-    assert optimizer_updates(run_dir) >= 0.9 * step / 20
+    # 40 steps per update (8 envs x 5 steps); Hogwild increments may rarely collide.
+    assert optimizer_updates(run_dir) >= 0.9 * step / 40
 
 
 @pytest.mark.slow

@@ -15,11 +15,9 @@ replayed).
 With `--lstm H` the network has an LSTM core; each worker's sampler carries its envs' states
 through its n-step segments, and the gradient replays each segment from its initial state.
 
-Presets per env family set the run length and the entropy bonus (`classic`: 500k steps and none,
-as A2C's; `atari`: 10M steps and 0.01, as the paper); the learning rate anneals linearly to 0
-over the run (each worker sets it from the global step). On CartPole-v1 the classic preset ends
-with a mean of the last 20 episodes of 500 (seeds 1-4); with the paper's entropy bonus of 0.01 it
-ended at 359-422.
+Presets per env family set the run length, the envs per worker and the entropy bonus (`classic`:
+500k steps, 8 envs and none, as A2C's; `atari`: 10M steps, 4 envs and 0.01, as the paper); the
+learning rate anneals linearly to 0 over the run (each worker sets it from the global step).
 """
 
 from __future__ import annotations
@@ -53,9 +51,9 @@ from onebox.nn.networks import ActorCritic
 from onebox.sampling import Sampler
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "classic": dict(total_steps=500_000, ent_coef=0.0),
-    "atari": dict(total_steps=10_000_000, ent_coef=0.01),
-    "continuous": dict(total_steps=1_000_000, ent_coef=0.0),
+    "classic": dict(total_steps=500_000, envs_per_actor=8, ent_coef=0.0),
+    "atari": dict(total_steps=10_000_000, envs_per_actor=4, ent_coef=0.01),
+    "continuous": dict(total_steps=1_000_000, envs_per_actor=8, ent_coef=0.0),
 }
 """Per env family; the fields left None in `Config` come from here."""
 
@@ -76,8 +74,8 @@ class Config:
     continuous)."""
     actors: int = 2
     """Worker processes, each with its own env pool and local network."""
-    envs_per_actor: int = 4
-    """Envs in each worker's pool."""
+    envs_per_actor: int | None = None
+    """Envs in each worker's pool (preset: 8, as A2C's 8 envs, or 4 Atari)."""
     num_steps: int = 5
     """Steps per env between a worker's updates: the n of the n-step returns (t_max)."""
     learning_rate: float = 7e-4
