@@ -85,6 +85,13 @@ def test_an_existing_run_name_is_refused(runs, capsys) -> None:
     assert sorted(p.name for p in (runs / "taken").iterdir()) == before
 
 
+def test_a_runs_dir_that_is_a_file(runs, capsys) -> None:
+    (runs / "file").write_text("")
+    err = fails(capsys, "evolve", "rs", *RS_RANDOM, "--runs-dir", str(runs / "file"))
+    assert "file" in err
+    assert folders(runs) == {"file"}
+
+
 def test_track_without_wandb_writes_nothing(runs, capsys, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     err = fails(capsys, "evolve", "rs", *RS_RANDOM, "--track", "--runs-dir", str(runs))

@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:
         code = 130
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as e:
         # bad input a command found before starting (an unknown env id, a bad value, a missing
         # or foreign run folder, a damaged or unsafe checkpoint): one line, nothing written
         print(f"onebox: error: {e}", file=sys.stderr)
