@@ -161,6 +161,16 @@ def test_a_run_without_a_checkpoint(runs, capsys) -> None:
     assert sorted(p.name for p in train.iterdir()) == ["config.json"]
 
 
+def test_a_checkpoint_of_another_learner(runs, capsys) -> None:
+    train = train_run_folder(runs, ppo.Config(total_steps=512))
+    evo = evolve_run(runs)
+    (train / "checkpoint.pt").write_bytes((evo / "checkpoint.pt").read_bytes())
+    for command in (["train", "--resume"], ["eval"]):
+        err = fails(capsys, *command, str(train))
+        assert "checkpoint.pt lacks 'agent'" in err and "not written by the learner" in err
+    assert sorted(p.name for p in train.iterdir()) == ["checkpoint.pt", "config.json"]
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [

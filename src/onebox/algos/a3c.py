@@ -324,10 +324,13 @@ class Workers:
 
 # ---- the run ------------------------------------------------------------------------------------
 
+CHECKPOINT_KEYS = ("agent", "global_step", "starts", "elapsed")
+"""What an A3C checkpoint holds."""
+
 
 def train(config: Config, resume: Path | None = None) -> Path:
     """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    config, run_dir, state = open_run(config, resume, "a3c", resolve)
+    config, run_dir, state = open_run(config, resume, "a3c", resolve, keys=CHECKPOINT_KEYS)
     seed_everything(config.seed)
     with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
         agent = make_agent(config, probe)
@@ -397,7 +400,7 @@ def resume(run_dir: Path) -> Path:
 
 def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    state = run.load_checkpoint(run_dir)["agent"]
+    state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)["agent"]
     with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
         net = make_agent(config, probe).net
     net.load_state_dict(state["net"])

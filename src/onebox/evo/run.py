@@ -215,6 +215,10 @@ def resolve(config: AnyConfig) -> AnyConfig:
     return config
 
 
+CHECKPOINT_KEYS = ("algo", "frames", "elapsed", "rng", "best", "obs_norm")
+"""What an evolve run's checkpoint holds."""
+
+
 def stored_config(run_dir: Path, command: str | None = None) -> AnyConfig:
     """The config of the evolve run in `run_dir`; ValueError if the folder holds no evolve run,
     or (given `command`: "ga", "es" or "rs") one of another algorithm."""
@@ -245,10 +249,7 @@ def open_resumed(run_dir: Path, config: AnyConfig) -> tuple[AnyConfig, dict[str,
     limits = {"generations": config.generations, "frame_budget": config.frame_budget}
     stored = dataclasses.replace(stored, **{k: v for k, v in limits.items() if v is not None})
     stored = resolve(stored)
-    state = load_checkpoint(run_dir)
-    if not {"algo", "frames", "elapsed", "rng", "best", "obs_norm"} <= set(state):
-        raise ValueError(f"{run_dir}/checkpoint.pt is not an evolve run's checkpoint")
-    return stored, state
+    return stored, load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)
 
 
 def resume(config: Any) -> int:
@@ -359,7 +360,7 @@ def load_policy(run_dir: Path, config: Any) -> Callable[[np.ndarray], np.ndarray
     import onebox.envs
     from onebox.run import load_checkpoint
 
-    state = load_checkpoint(Path(run_dir))
+    state = load_checkpoint(Path(run_dir), keys=CHECKPOINT_KEYS)
     probe = onebox.envs.make(config.env, num_envs=1, num_threads=1)
     try:
         obs_space, act_space = probe.single_observation_space, probe.single_action_space

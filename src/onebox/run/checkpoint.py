@@ -17,6 +17,7 @@ import os
 import pickle
 import re
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +98,11 @@ def plain(value: Any, where: str = "state") -> Any:
     )
 
 
-def load_checkpoint(run_dir: Path, map_location: str = "cpu") -> dict[str, Any]:
-    """Load `run_dir/"checkpoint.pt"`, with tensors moved to `map_location`.
+def load_checkpoint(
+    run_dir: Path, map_location: str = "cpu", keys: Collection[str] = ()
+) -> dict[str, Any]:
+    """Load `run_dir/"checkpoint.pt"`, with tensors moved to `map_location`; ValueError if it
+    lacks one of `keys` (what the caller's learner writes: a checkpoint of another learner).
 
     Reads with `torch.load(weights_only=True)`, which builds only tensors and plain containers;
     a file that needs anything more (any other class or function: the way a pickle runs code) is
@@ -126,6 +130,12 @@ def load_checkpoint(run_dir: Path, map_location: str = "cpu") -> dict[str, Any]:
         raise ValueError(f"{path} cannot be read as a checkpoint ({e})") from None
     if not isinstance(state, dict):
         raise ValueError(f"{path} does not hold a onebox checkpoint (a dict), got {type(state)}")
+    missing = [key for key in keys if key not in state]
+    if missing:
+        raise ValueError(
+            f"{path} lacks {', '.join(map(repr, missing))}: it was not written by the learner "
+            f"of this run's config.json (copied from another run?)"
+        )
     return state
 
 
