@@ -128,6 +128,8 @@ def test_evolve_resume_continues_and_eval_plays_an_evolve_run(runs, capsys) -> N
     assert cli.main(["evolve", "rs", "--resume", str(evo), "--generations", "2"]) == 0
     assert run.load_checkpoint(evo)["algo"]["generation"] == 2
     assert run.load_config(evo).generations == 2
+    err = fails(capsys, "evolve", "rs", "--resume", str(evo), "--population", "8")
+    assert "--population: a resumed run keeps its settings" in err
     capsys.readouterr()
     assert cli.main(["eval", str(evo), "--episodes", "2"]) == 0
     assert "CartPole-v1: 2 episodes" in capsys.readouterr().out

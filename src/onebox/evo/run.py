@@ -48,8 +48,9 @@ class EvolveConfig:
     generations: int | None = None
     """Generations to run, in total, counting resumed ones (preset: 10-20 classic, 1000 MuJoCo,
     100 Atari)."""
-    frame_budget: int = 0
-    """Stop after the generation that reaches this many env frames (0: no budget)."""
+    frame_budget: int | None = None
+    """Stop after the generation that reaches this many env frames (0 or unset: no budget; on
+    resume, unset keeps the run's)."""
     seed: int = 0
     """Seed of the algorithm's random stream (genomes, noise, env seeds)."""
     arch: Literal["mlp", "cnn"] | None = None
@@ -201,7 +202,7 @@ def resolve(config: AnyConfig) -> AnyConfig:
         onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
     family = env_family(config.env) if config.preset == "auto" else config.preset
     config = fill_preset(config, preset_fields(command_name(config), family))
-    config = dataclasses.replace(config, preset=family)
+    config = dataclasses.replace(config, preset=family, frame_budget=config.frame_budget or 0)
     if config.generations < 1:
         raise ValueError(f"--generations must be >= 1, got {config.generations}")
     if config.frame_budget < 0:
@@ -246,6 +247,14 @@ def open_resumed(run_dir: Path, config: AnyConfig) -> tuple[AnyConfig, dict[str,
     from onebox.run import load_checkpoint
 
     stored = stored_config(run_dir, command_name(config))
+    given = [f.name for f in dataclasses.fields(params_of(config))
+             if f.name != "mode" and getattr(config, f.name) is not None]  # fmt: skip
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ValueError(
+            f"{flags}: a resumed run keeps its settings (config.json); only --generations and "
+            "--frame-budget may change"
+        )
     limits = {"generations": config.generations, "frame_budget": config.frame_budget}
     stored = dataclasses.replace(stored, **{k: v for k, v in limits.items() if v is not None})
     stored = resolve(stored)
@@ -255,7 +264,7 @@ def open_resumed(run_dir: Path, config: AnyConfig) -> tuple[AnyConfig, dict[str,
 def resume(config: Any) -> int:
     """`onebox evolve --resume RUN`: continue an evolve run with its own settings."""
     run_dir = Path(config.resume)
-    return run(dataclasses.replace(stored_config(run_dir), resume=run_dir))
+    return run(type(stored_config(run_dir))(resume=run_dir))  # every setting from config.json
 
 
 def run(config: AnyConfig) -> int:
