@@ -18,7 +18,8 @@ from onebox.evo.core import centered_ranks
 from onebox.evo.es import ES, ESParams
 from onebox.evo.evaluator import PopulationEvaluator
 from onebox.evo.ga import GA, GAParams, rebuild
-from onebox.evo.run import ESConfig, GAConfig, RSConfig, load_policy, run
+from onebox.evo.presets import PRESETS, Preset, env_family
+from onebox.evo.run import ESConfig, GAConfig, RSConfig, load_policy, params_of, resolve, run
 from onebox.nn.population import PopulationNet
 from onebox.run import load_checkpoint, load_config
 
@@ -219,7 +220,8 @@ def test_centered_ranks() -> None:
 def test_ga_genome_rebuilt_from_seeds_is_bit_identical() -> None:
     with PopulationEvaluator("CartPole-v1", num_slots=16, num_threads=1) as ev:
         init = ev.net.init_params
-        params = GAParams(population=16, truncation=4, sigma=0.05, elite_candidates=2)
+        params = GAParams(population=16, truncation=4, sigma=0.05, episodes=1,
+                          elite_candidates=2, elite_episodes=30)  # fmt: skip
         ga = GA(ev.num_params, init, params, seed=3)
         for _ in range(8):
             ask = ga.ask()
@@ -237,7 +239,8 @@ def test_ga_genome_rebuilt_from_seeds_is_bit_identical() -> None:
 
 def test_ga_without_elite_reevaluation_takes_the_top_individual() -> None:
     with PopulationEvaluator("CartPole-v1", num_slots=8, num_threads=1) as ev:
-        params = GAParams(population=8, truncation=2, sigma=0.05, elite_candidates=0)
+        params = GAParams(population=8, truncation=2, sigma=0.05, episodes=1,
+                          elite_candidates=0, elite_episodes=1)  # fmt: skip
         ga = GA(ev.num_params, ev.net.init_params, params, seed=0)
         ask = ga.ask()
         result = ev.evaluate(ask.params, ask.episodes, ask.seed)
@@ -257,65 +260,85 @@ def _common(tmp_path: Path, name: str) -> dict:
     return dict(runs_dir=tmp_path, name=name, progress=False, num_threads=1, num_slots=32)
 
 
-def test_ga_solves_cartpole(tmp_path: Path) -> None:
-    config = GAConfig(
-        population=48,
-        truncation=8,
-        sigma=0.05,
-        elite_candidates=4,
-        elite_episodes=10,
-        generations=15,
-        frame_budget=300_000,
-        **_common(tmp_path, "ga"),
-    )
-    assert run(config) == 0
-    scores = _metric(tmp_path / "ga", "fitness/score")
-    assert scores[-1] == 500.0
-    assert (tmp_path / "ga" / "curve.png").stat().st_size > 0
-    policy = load_policy(tmp_path / "ga", load_config(tmp_path / "ga"))
-    env = onebox.envs.make("CartPole-v1", num_envs=4, seed=12345)
+# ---- presets ---------------------------------------------------------------------------------
+
+
+def test_every_preset_is_complete_and_valid() -> None:
+    for algo, by_family in PRESETS.items():
+        assert set(by_family) == {"classic", "mujoco", "atari"}, algo
+        for preset in by_family.values():
+            preset.params.check()  # every field set, every value in range
+            assert preset.generations >= 1
+    with pytest.raises(TypeError, match="populaton"):
+        Preset(GAParams(populaton=64), generations=10)  # type: ignore[call-arg]
+
+
+CLASSES = {"ga": GAConfig, "es": ESConfig, "rs": RSConfig}
+
+
+@pytest.mark.parametrize(
+    ("env_id", "family"),
+    [("CartPole-v1", "classic"), ("Pendulum-v1", "classic"), ("Acrobot-v1", "classic"),
+     ("HalfCheetah-v5", "mujoco"), ("Hopper-v5", "mujoco")],
+)  # fmt: skip
+def test_the_preset_follows_the_env_family(env_id: str, family: str) -> None:
+    assert env_family(env_id) == family
+    for algo, cls in CLASSES.items():
+        preset = PRESETS[algo][family]
+        config = resolve(cls(env=env_id))
+        assert config.preset == family and config.generations == preset.generations
+        assert params_of(config) == preset.params and config.hidden == preset.hidden
+        # any field given wins over the preset; the others still come from it
+        config = resolve(cls(env=env_id, population=20, generations=3, hidden=(8,)))
+        assert (config.population, config.generations, config.hidden) == (20, 3, (8,))
+        assert config.sigma == preset.params.sigma and config.episodes == preset.params.episodes
+
+
+def test_atari_gets_ubers_settings_and_a_preset_can_be_chosen() -> None:
+    pytest.importorskip("ale_py")
+    assert env_family("Pong-v5") == "atari"
+    config = resolve(GAConfig(env="Pong-v5"))
+    assert (config.population, config.truncation, config.sigma) == (1000, 20, 0.002)
+    assert (config.elite_candidates, config.elite_episodes, config.generations) == (10, 30, 100)
+    config = resolve(ESConfig(env="CartPole-v1", preset="atari"))
+    assert config.preset == "atari" and config.population == 5000
+
+
+def _plays_well(run_dir: Path) -> float:
+    """Mean return of a run's best individual over 8 CartPole episodes on unseen seeds."""
+    policy = load_policy(run_dir, load_config(run_dir))
+    env = onebox.envs.make("CartPole-v1", num_envs=8, seed=12345)
     obs, _ = env.reset()
-    total, alive = np.zeros(4), np.ones(4, dtype=bool)
+    total, alive = np.zeros(8), np.ones(8, dtype=bool)
     for _ in range(500):
         obs, r, term, trunc, _ = env.step(policy(obs, ~alive))
         total += r * alive
         alive &= ~(term | trunc)
     env.close()
-    assert total.mean() > 400
+    return float(total.mean())
 
 
-def test_es_solves_cartpole(tmp_path: Path) -> None:
-    config = ESConfig(
-        population=48,
-        sigma=0.05,
-        lr=0.05,
-        weight_decay=0.0,
-        center_episodes=5,
-        generations=25,
-        frame_budget=400_000,
-        **_common(tmp_path, "es"),
-    )
-    run(config)
-    assert max(_metric(tmp_path / "es", "fitness/score")) == 500.0
+@pytest.mark.parametrize(
+    "cls",
+    [pytest.param(GAConfig, marks=pytest.mark.slow), ESConfig, RSConfig],
+    ids=["ga", "es", "ars"],
+)
+def test_classic_preset_solves_cartpole(tmp_path: Path, cls: type) -> None:
+    """The default run (the classic preset; slots and threads do not change fitnesses) reaches
+    CartPole's solved threshold, and its best individual plays as well on unseen seeds."""
+    assert run(cls(**_common(tmp_path, "run"))) == 0
+    config = load_config(tmp_path / "run")
+    assert config.preset == "classic" and config.population is not None
+    assert _metric(tmp_path / "run", "fitness/score")[-1] >= 475
+    assert (tmp_path / "run" / "curve.png").stat().st_size > 0
+    assert _plays_well(tmp_path / "run") >= 475
 
 
-@pytest.mark.parametrize("hidden", [(), (0,)])  # the default 64-64 mlp, and a linear policy
-def test_ars_solves_cartpole(tmp_path: Path, hidden: tuple[int, ...]) -> None:
-    config = RSConfig(
-        mode="ars",
-        population=48,
-        sigma=0.05,
-        lr=0.05,
-        top_directions=8,
-        generations=25,
-        frame_budget=400_000,
-        hidden=hidden,
-        **_common(tmp_path, "ars"),
-    )
-    run(config)
+def test_ars_linear_policy_solves_cartpole(tmp_path: Path) -> None:
+    run(RSConfig(hidden=(0,), generations=25, **_common(tmp_path, "ars")))
     assert max(_metric(tmp_path / "ars", "fitness/score")) == 500.0
-    if hidden == (0,):  # CartPole's 4 observations -> 2 action scores: 8 weights, 2 biases
-        assert load_checkpoint(tmp_path / "ars")["best"].numel() == 10
+    # CartPole's 4 observations -> 2 action scores: 8 weights, 2 biases
+    assert load_checkpoint(tmp_path / "ars")["best"].numel() == 10
 
 
 def test_es_improves_pendulum() -> None:
@@ -323,7 +346,15 @@ def test_es_improves_pendulum() -> None:
         es = ES(
             ev.num_params,
             ev.net.init_params,
-            ESParams(population=32, sigma=0.1, lr=0.05, weight_decay=0.0, center_episodes=4),
+            ESParams(
+                population=32,
+                sigma=0.1,
+                lr=0.05,
+                weight_decay=0.0,
+                episodes=1,
+                center_episodes=4,
+                obs_norm=True,
+            ),
             seed=0,
             obs_shape=ev.net.obs_shape,
         )
@@ -348,7 +379,7 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path: Path, algo: str) -> None
     }[algo]
     run(cls(generations=4, **extra, **_common(tmp_path, "whole")))
     run(cls(generations=2, **extra, **_common(tmp_path, "part")))
-    run(cls(generations=4, resume=tmp_path / "part", **extra, **_common(tmp_path, "ignored")))
+    run(cls(generations=4, resume=tmp_path / "part", **_common(tmp_path, "ignored")))
     for tag in ("fitness/score", "fitness/mean", "charts/frames"):
         assert _metric(tmp_path / "whole", tag) == _metric(tmp_path / "part", tag)
     a, b = load_checkpoint(tmp_path / "whole"), load_checkpoint(tmp_path / "part")

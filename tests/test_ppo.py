@@ -206,7 +206,7 @@ def _restore_torch_threads():
 
 def test_resume_requires_a_run_folder(tmp_path: Path, capsys) -> None:
     assert cli.main(["train", "--resume", str(tmp_path)]) == 2
-    assert "not a run folder" in capsys.readouterr().err
+    assert "not a onebox run folder" in capsys.readouterr().err
     os.makedirs(tmp_path / "x")
     assert cli.main(["eval", str(tmp_path / "x")]) == 2
 

@@ -194,7 +194,7 @@ def test_recent_return_window(tmp_path):
 
 def test_track_without_wandb_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
-    with pytest.raises(RuntimeError, match="pip install wandb"):
+    with pytest.raises(ValueError, match="pip install wandb"):
         Logger(tmp_path, track=True)
     assert not (tmp_path / "metrics.csv").exists()
 

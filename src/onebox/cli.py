@@ -5,7 +5,8 @@
     onebox eval RUN             play a run's policy, optionally to a video
     onebox bench envs           env steps/s of onebox next to Gymnasium and EnvPool
     onebox bench train          PPO steps/s, sync and double-buffered
-    onebox evolve ga|es|rs      neuroevolution (GA, ES, random search / ARS)
+    onebox evolve ga|es|rs      neuroevolution (GA, ES, random search / ARS); `onebox evolve
+                                --resume RUN` continues a run
     onebox bench evolve         population-evaluation frames/s
     onebox bench inference      inference server requests/s and latency
     onebox bench replay         prioritized replay against cpprb, Atari memory per transition
@@ -26,6 +27,7 @@ import dataclasses
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import tyro
@@ -67,7 +69,7 @@ class EnvsConfig:
 
 @dataclasses.dataclass
 class ResumeConfig:
-    """Continue a training run from its last checkpoint, with its own config."""
+    """Continue a run from its last checkpoint, with its own config."""
 
     resume: str
     """The run folder, e.g. runs/CartPole-v1__ppo__1__20261121-120000."""
@@ -165,7 +167,7 @@ COMMANDS: dict[str, Command | Group] = {
         },
     ),
     "evolve": Group(
-        "Neuroevolution: ga, es, rs.",
+        "Neuroevolution: ga, es, rs; `onebox evolve --resume RUN` continues a run.",
         {
             "ga": Command(
                 "Deep GA (Uber): truncation selection, elitism, Gaussian mutation.",
@@ -183,6 +185,11 @@ COMMANDS: dict[str, Command | Group] = {
                 run="onebox.evo.run:run",
             ),
         },
+        fallback=Command(
+            "Continue an evolve run from its last checkpoint.",
+            config="onebox.cli:ResumeConfig",
+            run="onebox.evo.run:resume",
+        ),
     ),
 }
 
@@ -198,7 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:
         code = 130
-    except ValueError as e:  # bad input a command found (an unknown env id, ...)
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as e:
+        # bad input a command found before starting (an unknown env id, a bad value, a missing
+        # or foreign run folder, a damaged or unsafe checkpoint): one line, nothing written
         print(f"onebox: error: {e}", file=sys.stderr)
         code = 2
     except RuntimeError as e:
@@ -209,6 +218,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"onebox: error: {e}", file=sys.stderr)  # `--video` without what it needs
         code = 1
     return int(code or 0)
+
+
+def command_of(run_dir: str | Path) -> tuple[str, str]:
+    """The command that made the run in `run_dir`, as ("train" or "evolve", its name), from the
+    config type its `config.json` names (nothing is imported for this); ValueError if none did."""
+    from onebox.run.folder import config_type
+
+    target = config_type(Path(run_dir))
+    for group in ("train", "evolve"):
+        node = COMMANDS[group]
+        assert isinstance(node, Group)
+        for name, command in node.commands.items():
+            if isinstance(command, Command) and command.config == target:
+                return group, name
+    raise ValueError(
+        f"{Path(run_dir) / 'config.json'} names the config {target!r}, which no `onebox train` "
+        "or `onebox evolve` command makes: not a run onebox can resume or evaluate"
+    )
 
 
 def _dispatch(node: Command | Group, args: list[str], prog: str) -> Any:

@@ -14,6 +14,13 @@ replayed).
 
 With `--lstm H` the network has an LSTM core; each worker's sampler carries its envs' states
 through its n-step segments, and the gradient replays each segment from its initial state.
+
+Presets per env family set the run length, the envs per worker and the entropy bonus (`classic`:
+500k steps, 8 envs and none, as A2C's; `atari`: 10M steps, 4 envs and 0.01, as the paper); the
+learning rate anneals linearly to 0 over the run (each worker sets it from the global step).
+On CartPole-v1 the default run ended with a mean of the last 20 episodes of 500 for each of seeds
+1-8; with 4 envs per worker it ended at 247 for seed 5, and with 4 envs and an entropy bonus of
+0.01 at 359-422 (seeds 1 and 4).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import multiprocessing.connection
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import multiprocessing as mp
@@ -35,6 +42,7 @@ from onebox.algos import a2c
 from onebox.algos.common import (
     check_lstm,
     check_positive,
+    fill_preset,
     greedy_policy,
     open_run,
     parse_env_options,
@@ -45,25 +53,38 @@ from onebox.algos.onpolicy import Agent
 from onebox.nn.networks import ActorCritic
 from onebox.sampling import Sampler
 
+PRESETS: dict[str, dict[str, Any]] = {
+    "classic": dict(total_steps=500_000, envs_per_actor=8, ent_coef=0.0),
+    "atari": dict(total_steps=10_000_000, envs_per_actor=4, ent_coef=0.01),
+    "continuous": dict(total_steps=1_000_000, envs_per_actor=8, ent_coef=0.0),
+}
+"""Per env family; the fields left None in `Config` come from here."""
+
 
 @dataclasses.dataclass
 class Config:
-    """Train an agent with A3C: Hogwild worker processes sharing one model."""
+    """Train an agent with A3C: Hogwild worker processes sharing one model. Fields left unset
+    come from the env family's preset."""
 
     env: str = "CartPole-v1"
     """Env id (`onebox envs` lists them)."""
     env_options: dict[str, str] = dataclasses.field(default_factory=dict)
     """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
-    total_steps: int = 500_000
-    """Env steps to train for, summed over all actors."""
+    preset: Literal["auto", "classic", "atari", "continuous"] = "auto"
+    """Hyperparameter preset: `auto` picks by env (Atari, continuous actions, or classic)."""
+    total_steps: int | None = None
+    """Env steps to train for, summed over all actors (preset: 500k classic, 10M Atari, 1M
+    continuous)."""
     actors: int = 2
     """Worker processes, each with its own env pool and local network."""
-    envs_per_actor: int = 4
-    """Envs in each worker's pool."""
+    envs_per_actor: int | None = None
+    """Envs in each worker's pool (preset: 8, as A2C's 8 envs, or 4 Atari)."""
     num_steps: int = 5
     """Steps per env between a worker's updates: the n of the n-step returns (t_max)."""
     learning_rate: float = 7e-4
     """Shared RMSprop learning rate."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the run (each worker from the global step)."""
     rms_alpha: float = 0.99
     """RMSprop smoothing constant."""
     rms_eps: float = 1e-5
@@ -74,8 +95,8 @@ class Config:
     """GAE lambda (1: plain n-step returns)."""
     norm_adv: bool = False
     """Normalize the advantages of each rollout."""
-    ent_coef: float = 0.01
-    """Entropy bonus coefficient."""
+    ent_coef: float | None = None
+    """Entropy bonus coefficient (preset: 0, or 0.01 Atari)."""
     vf_coef: float = 0.5
     """Value loss coefficient."""
     max_grad_norm: float = 0.5
@@ -108,8 +129,10 @@ def resolve(config: Config) -> Config:
     """Check every field and the env; raise ValueError before any work starts."""
     if onebox.envs.backend_of(config.env) is None:
         onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
-    _, obs_space, act_space = probe_env(config.env, **parse_env_options(config.env_options))
+    family, obs_space, act_space = probe_env(config.env, **parse_env_options(config.env_options))
     ActorCritic.check_spaces(obs_space, act_space)
+    family = config.preset if config.preset != "auto" else family
+    config = dataclasses.replace(fill_preset(config, PRESETS[family]), preset=family)
     check_positive(config, "total_steps", "actors", "envs_per_actor", "num_steps")
     check_positive(config, "learning_rate", "rms_eps", "max_grad_norm", "num_threads", "log_every")
     check_lstm(config.lstm)
@@ -119,6 +142,8 @@ def resolve(config: Config) -> Config:
         raise ValueError("--gamma and --gae-lambda must be in [0, 1]")
     if not 0 <= config.rms_alpha < 1:
         raise ValueError(f"--rms-alpha must be in [0, 1), got {config.rms_alpha}")
+    if config.ent_coef < 0:
+        raise ValueError(f"--ent-coef must be >= 0, got {config.ent_coef}")
     return config
 
 
@@ -192,6 +217,9 @@ def worker(
             nn.utils.clip_grad_norm_(local.parameters(), config.max_grad_norm)
             for mine, theirs in zip(local.parameters(), shared.parameters(), strict=True):
                 theirs.grad = mine.grad
+            if config.anneal_lr:
+                frac = max(0.0, 1.0 - int(steps.sum()) / config.total_steps)
+                optimizer.param_groups[0]["lr"] = frac * config.learning_rate
             optimizer.step()  # Hogwild: no lock around the shared weights
             steps[rank] += batch
             step = int(steps.sum())
@@ -299,10 +327,13 @@ class Workers:
 
 # ---- the run ------------------------------------------------------------------------------------
 
+CHECKPOINT_KEYS = ("agent", "global_step", "starts", "elapsed")
+"""What an A3C checkpoint holds."""
+
 
 def train(config: Config, resume: Path | None = None) -> Path:
     """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    config, run_dir, state = open_run(config, resume, "a3c", resolve)
+    config, run_dir, state = open_run(config, resume, "a3c", resolve, keys=CHECKPOINT_KEYS)
     seed_everything(config.seed)
     with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
         agent = make_agent(config, probe)
@@ -372,7 +403,7 @@ def resume(run_dir: Path) -> Path:
 
 def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    state = run.load_checkpoint(run_dir)["agent"]
+    state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)["agent"]
     with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
         net = make_agent(config, probe).net
     net.load_state_dict(state["net"])

@@ -89,14 +89,21 @@ def check_positive(config: Any, *names: str) -> None:
 
 
 def open_run(
-    config: Any, resume: Path | None, algo: str, resolve: Callable[[Any], Any]
+    config: Any,
+    resume: Path | None,
+    algo: str,
+    resolve: Callable[[Any], Any],
+    keys: tuple[str, ...] = (),
 ) -> tuple[Any, Path, dict[str, Any] | None]:
     """Start or reopen a run: without `resume`, resolve the config (raising on bad input before
     anything is written), make a new run folder and save the resolved config there; with it,
-    the folder and its last checkpoint. Returns (config, run folder, checkpoint or None)."""
-    if resume is not None:
-        return config, Path(resume), run.load_checkpoint(Path(resume))
+    check the stored config again (it may have been edited) and load the last checkpoint, which
+    must hold `keys`. Returns (config, run folder, checkpoint or None)."""
     config = resolve(config)
+    if config.track:
+        run.import_wandb()  # a missing wandb fails here, before the run folder
+    if resume is not None:
+        return config, Path(resume), run.load_checkpoint(Path(resume), keys=keys)
     run_dir = run.new_run_dir(
         config.runs_dir, config.name, env_id=config.env, algo=algo, seed=config.seed
     )

@@ -295,6 +295,9 @@ def train(config: Config, resume: Path | None = None) -> Path:
     return train_async(config, resume, "impala", resolve, update)
 
 
+CHECKPOINT_KEYS = ("net", "optimizer", "updates", "global_step", "elapsed", "rng")
+"""What an IMPALA or APPO checkpoint holds."""
+
 UpdateFn = Callable[[Any, ActorCritic, Any, InferenceServer, dict[str, Any]], dict[str, float]]
 """(config, net, optimizer, server, batch) -> stats: one learner step on a batch of unrolls."""
 
@@ -308,7 +311,7 @@ def train_async(
 ) -> Path:
     """The actor-learner loop shared by IMPALA and APPO: actors on the inference server feed
     unrolls to `update_fn`; the run folder, logs, checkpoints and resume as PPO's."""
-    config, run_dir, state = open_run(config, resume, algo, resolve_fn)
+    config, run_dir, state = open_run(config, resume, algo, resolve_fn, keys=CHECKPOINT_KEYS)
     assert config.total_steps is not None and config.actors is not None
     device = resolve_device(config.device)
     seed_everything(config.seed)
@@ -429,7 +432,7 @@ def resume(run_dir: Path) -> Path:
 
 def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    state = run.load_checkpoint(run_dir)
+    state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)
     with actor_spec(config).make_pool(config.seed, num_envs=1) as probe:
         net, _ = make_agent(config, probe, torch.device(device))
     net.load_state_dict(state["net"])

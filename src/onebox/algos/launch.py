@@ -3,7 +3,9 @@
 Every learner module has `train(config) -> run folder`, `resume(run_dir) -> run folder` and
 `load_policy(run_dir, config) -> policy(obs, starts) -> actions` (`starts` flags the envs whose
 observation begins an episode, for recurrent policies); a run folder's `config.json` names its
-config class, hence its module.
+config class, hence its module (`onebox eval` also plays evolve runs, whose module,
+`onebox.evo.run`, has `load_policy`). Only config classes of `onebox train` and `onebox evolve`
+commands are accepted, checked before anything is imported or written.
 """
 
 from __future__ import annotations
@@ -31,10 +33,16 @@ def train(config: Any) -> int:
 
 
 def resume(config: Any) -> int:
-    """Continue the run in `config.resume` from its last checkpoint."""
+    """Continue the training run in `config.resume` from its last checkpoint."""
+    from onebox.cli import command_of
+
     run_dir = Path(config.resume)
-    if not (run_dir / "config.json").is_file():
-        raise ValueError(f"{run_dir} is not a run folder (no config.json)")
+    group, name = command_of(run_dir)
+    if group != "train":
+        raise ValueError(
+            f"{run_dir} is an evolve run (`onebox evolve {name}`); continue it with "
+            f"`onebox evolve --resume {run_dir}`"
+        )
     saved = run.load_config(run_dir)
     run_dir = _module(saved).resume(run_dir)
     print(f"run folder: {run_dir}")
@@ -71,11 +79,12 @@ def _observed_frame(obs: np.ndarray) -> np.ndarray:
 
 def evaluate(config: Any) -> int:
     """`onebox eval`: play the run's policy, print the returns, optionally write a video."""
+    from onebox.cli import command_of
+
     run_dir = Path(config.run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise ValueError(f"{run_dir} is not a run folder (no config.json)")
     if config.episodes <= 0:
         raise ValueError(f"--episodes must be positive, got {config.episodes}")
+    command_of(run_dir)  # a run of a onebox learner (train or evolve), or ValueError
     saved = run.load_config(run_dir)
     policy = _module(saved).load_policy(run_dir, saved)
     renders = onebox.envs.backend_of(saved.env) in ("native", "process")

@@ -121,6 +121,9 @@ def make_envs(config: Any, num_envs: int | None = None, seed: int | None = None)
     )
 
 
+CHECKPOINT_KEYS = ("agent", "iteration", "global_step", "elapsed", "rng", "env_seed")
+"""What an on-policy learner's checkpoint holds."""
+
 MakeAgent = Callable[[Any, Any, torch.device], Agent]
 Update = Callable[[Any, Agent, Rollout], dict[str, float]]
 
@@ -141,7 +144,7 @@ def run_loop(
     `update`; its stats are logged every `log_every` iterations (and at the last one). The
     learning rate anneals linearly to 0 when `config.anneal_lr`.
     """
-    config, run_dir, state = open_run(config, resume, algo, resolve)
+    config, run_dir, state = open_run(config, resume, algo, resolve, keys=CHECKPOINT_KEYS)
     batch = config.num_envs * config.num_steps
     num_iterations = max(1, config.total_steps // batch)
     device = resolve_device(config.device)
@@ -223,7 +226,7 @@ def run_loop(
 
 def load_policy(run_dir: Path, config: Any, make_agent: MakeAgent, device: str = "cpu") -> Policy:
     """The trained policy of a run: greedy actions for a batch of observations."""
-    state = run.load_checkpoint(run_dir)["agent"]
+    state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)["agent"]
     with make_envs(config, num_envs=1) as probe:
         agent = make_agent(config, probe, torch.device(device))
     agent.load_state_dict(state)

@@ -15,6 +15,7 @@ and None when it needs another evaluation first (the GA re-evaluates its elite c
 from __future__ import annotations
 
 import abc
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,17 @@ import numpy as np
 import torch
 
 from onebox.evo.evaluator import EvalResult, ParamSource
+
+
+def check_set(params: Any) -> None:
+    """Raise ValueError if a field of the hyperparameter dataclass `params` is still None."""
+    unset = [f.name for f in dataclasses.fields(params) if getattr(params, f.name) is None]
+    if unset:
+        flags = ", ".join("--" + name.replace("_", "-") for name in unset)
+        raise ValueError(
+            f"{type(params).__name__} leaves {flags} unset: fill it from a preset "
+            "(onebox.evo.presets.PRESETS) or give every field"
+        )
 
 
 def noise(seed: int, dim: int) -> torch.Tensor:
@@ -95,8 +107,8 @@ class RunningNorm:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()`."""
         self.count = float(state["count"])
-        self.total = np.array(state["total"], dtype=np.float64)
-        self.total_sq = np.array(state["total_sq"], dtype=np.float64)
+        self.total = np.asarray(state["total"], dtype=np.float64).copy()
+        self.total_sq = np.asarray(state["total_sq"], dtype=np.float64).copy()
 
 
 class Adam:

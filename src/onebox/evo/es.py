@@ -17,28 +17,58 @@ from typing import Any
 import numpy as np
 import torch
 
-from onebox.evo.core import Adam, Algorithm, Ask, Generation, RunningNorm, centered_ranks, noise
+from onebox.evo.core import (
+    Adam,
+    Algorithm,
+    Ask,
+    Generation,
+    RunningNorm,
+    centered_ranks,
+    check_set,
+    noise,
+)
 from onebox.evo.evaluator import EvalResult
 
 
 @dataclass
 class ESParams:
-    """ES hyperparameters (OpenAI's Atari values are the defaults of `onebox evolve es`)."""
+    """ES hyperparameters; `onebox evolve es` fills those left None from the env family's preset
+    (`onebox.evo.presets`: OpenAI's values for Atari and MuJoCo)."""
 
-    population: int = 5000
+    population: int | None = None
     """Perturbed individuals per generation (an even number: antithetic pairs)."""
-    sigma: float = 0.02
+    sigma: float | None = None
     """Perturbation standard deviation."""
-    lr: float = 0.01
+    lr: float | None = None
     """Adam step size."""
-    weight_decay: float = 0.005
+    weight_decay: float | None = None
     """L2 coefficient added to the (ascent) gradient."""
-    episodes: int = 1
+    episodes: int | None = None
     """Episodes per perturbed individual."""
-    center_episodes: int = 5
+    center_episodes: int | None = None
     """Episodes of the center per generation (its mean is the reported score; 0: none)."""
-    obs_norm: bool = True
+    obs_norm: bool | None = None
     """Normalize observations with running statistics."""
+
+    def check(self) -> None:
+        """Raise ValueError naming the first unset or out-of-range field."""
+        check_set(self)
+        check_antithetic(self.population, self.sigma, self.episodes, self.center_episodes)
+        if self.lr <= 0 or self.weight_decay < 0:
+            raise ValueError(f"--lr must be positive and --weight-decay >= 0, got {self.lr}, "
+                             f"{self.weight_decay}")  # fmt: skip
+
+
+def check_antithetic(population: int, sigma: float, episodes: int, center_episodes: int) -> None:
+    """Raise ValueError unless the settings every antithetic method shares are in range."""
+    if population < 2 or population % 2:
+        raise ValueError(
+            f"--population must be an even number >= 2 (antithetic pairs), got {population}"
+        )
+    if sigma <= 0:
+        raise ValueError(f"--sigma must be positive, got {sigma}")
+    if episodes < 1 or center_episodes < 0:
+        raise ValueError("--episodes must be >= 1 and --center-episodes >= 0")
 
 
 class Antithetic(Algorithm):
@@ -55,11 +85,8 @@ class Antithetic(Algorithm):
         center_episodes: int,
         obs_shape: tuple[int, ...] | None,
     ) -> None:
+        check_antithetic(population, sigma, episodes, center_episodes)
         super().__init__(dim, init, seed)
-        if population < 2 or population % 2:
-            raise ValueError(f"population must be an even number >= 2, got {population}")
-        if sigma <= 0 or episodes < 1 or center_episodes < 0:
-            raise ValueError("need sigma > 0, episodes >= 1 and center_episodes >= 0")
         self.population, self.sigma = population, sigma
         self.episodes, self.center_episodes = episodes, center_episodes
         self.theta = init(int(self.rng.integers(2**31)))
@@ -146,6 +173,7 @@ class ES(Antithetic):
         seed: int,
         obs_shape: tuple[int, ...] | None = None,
     ) -> None:
+        params.check()
         super().__init__(
             dim,
             init,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from onebox.evo.core import Algorithm, Ask, Generation, noise
+from onebox.evo.core import Algorithm, Ask, Generation, check_set, noise
 from onebox.evo.evaluator import EvalResult
 
 Genome = tuple[int, ...]
@@ -28,20 +28,37 @@ Genome = tuple[int, ...]
 
 @dataclass
 class GAParams:
-    """GA hyperparameters (Uber's Atari values are the defaults of `onebox evolve ga`)."""
+    """GA hyperparameters; `onebox evolve ga` fills those left None from the env family's preset
+    (`onebox.evo.presets`: Uber's values for Atari)."""
 
-    population: int = 1000
+    population: int | None = None
     """Individuals per generation (the elite included)."""
-    truncation: int = 20
+    truncation: int | None = None
     """Top individuals that become parents."""
-    sigma: float = 0.002
+    sigma: float | None = None
     """Mutation standard deviation."""
-    episodes: int = 1
+    episodes: int | None = None
     """Episodes per individual per generation."""
-    elite_candidates: int = 10
+    elite_candidates: int | None = None
     """Top individuals re-evaluated to choose the elite (0: the top individual is the elite)."""
-    elite_episodes: int = 30
+    elite_episodes: int | None = None
     """Episodes of each elite candidate's re-evaluation."""
+
+    def check(self) -> None:
+        """Raise ValueError naming the first unset or out-of-range field."""
+        check_set(self)
+        if self.population < 2:
+            raise ValueError(f"--population must be >= 2, got {self.population}")
+        if not 1 <= self.truncation <= self.population:
+            raise ValueError(
+                f"--truncation must be in [1, population={self.population}], got {self.truncation}"
+            )
+        if self.sigma <= 0:
+            raise ValueError(f"--sigma must be positive, got {self.sigma}")
+        if self.episodes < 1 or self.elite_episodes < 1:
+            raise ValueError("--episodes and --elite-episodes must be >= 1")
+        if self.elite_candidates < 0:
+            raise ValueError(f"--elite-candidates must be >= 0, got {self.elite_candidates}")
 
 
 def rebuild(genome: Genome, init: Callable[[int], torch.Tensor], sigma: float) -> torch.Tensor:
@@ -58,15 +75,9 @@ class GA(Algorithm):
     def __init__(
         self, dim: int, init: Callable[[int], torch.Tensor], params: GAParams, seed: int
     ) -> None:
+        params.check()
         super().__init__(dim, init, seed)
-        p = params
-        if p.population < 2 or not 1 <= p.truncation <= p.population:
-            raise ValueError("GA needs population >= 2 and 1 <= truncation <= population")
-        if p.sigma <= 0 or p.episodes < 1 or p.elite_candidates < 0 or p.elite_episodes < 1:
-            raise ValueError(
-                "GA needs sigma > 0, episodes >= 1, elite_candidates >= 0 and elite_episodes >= 1"
-            )
-        self.p = p
+        self.p = p = params
         self.genomes: list[Genome] = [(self._seed(),) for _ in range(p.population)]
         self.elite: Genome | None = None
         self.elite_score = float("nan")

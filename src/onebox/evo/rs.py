@@ -18,31 +18,48 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from onebox.evo.core import Algorithm, Ask, Generation
-from onebox.evo.es import Antithetic
+from onebox.evo.core import Algorithm, Ask, Generation, check_set
+from onebox.evo.es import Antithetic, check_antithetic
 from onebox.evo.evaluator import EvalResult
 
 
 @dataclass
 class RSParams:
-    """Random-search hyperparameters."""
+    """Random-search hyperparameters; `onebox evolve rs` fills those left None from the env
+    family's preset (`onebox.evo.presets`: ARS V2-t with a linear policy for MuJoCo)."""
 
     mode: Literal["random", "ars"] = "ars"
     """'random': sample fresh networks, keep the best; 'ars': augmented random search."""
-    population: int = 100
+    population: int | None = None
     """Individuals per generation (ars: an even number, 2 per direction)."""
-    sigma: float = 0.02
+    sigma: float | None = None
     """ars: perturbation standard deviation."""
-    lr: float = 0.02
+    lr: float | None = None
     """ars: step size."""
-    top_directions: int = 16
+    top_directions: int | None = None
     """ars: directions used per update (b)."""
-    episodes: int = 1
+    episodes: int | None = None
     """Episodes per individual."""
-    center_episodes: int = 5
+    center_episodes: int | None = None
     """ars: episodes of the center per generation (its mean is the reported score)."""
-    obs_norm: bool = True
+    obs_norm: bool | None = None
     """ars: normalize observations with running statistics."""
+
+    def check(self) -> None:
+        """Raise ValueError naming the first unset or out-of-range field."""
+        check_set(self)
+        if self.mode == "random":
+            if self.population < 1 or self.episodes < 1:
+                raise ValueError("random search needs --population >= 1 and --episodes >= 1")
+            return
+        check_antithetic(self.population, self.sigma, self.episodes, self.center_episodes)
+        if self.lr <= 0:
+            raise ValueError(f"--lr must be positive, got {self.lr}")
+        if not 1 <= self.top_directions <= self.population // 2:
+            raise ValueError(
+                f"--top-directions must be in [1, population / 2 = {self.population // 2}] "
+                f"(ars: 2 individuals per direction), got {self.top_directions}"
+            )
 
 
 class ARS(Antithetic):
@@ -56,6 +73,7 @@ class ARS(Antithetic):
         seed: int,
         obs_shape: tuple[int, ...] | None = None,
     ) -> None:
+        params.check()
         super().__init__(
             dim,
             init,
@@ -66,10 +84,6 @@ class ARS(Antithetic):
             params.center_episodes,
             obs_shape if params.obs_norm else None,
         )
-        if not 1 <= params.top_directions <= params.population // 2:
-            raise ValueError(
-                f"top_directions must be in [1, population / 2], got {params.top_directions}"
-            )
         self.p = params
 
     def update(self, plus: np.ndarray, minus: np.ndarray) -> dict[str, float]:
@@ -88,9 +102,8 @@ class RandomSearch(Algorithm):
     def __init__(
         self, dim: int, init: Callable[[int], torch.Tensor], params: RSParams, seed: int
     ) -> None:
+        params.check()
         super().__init__(dim, init, seed)
-        if params.population < 1 or params.episodes < 1:
-            raise ValueError("random search needs population >= 1 and episodes >= 1")
         self.p = params
         self.seeds = np.zeros(0, dtype=np.int64)
         self.best_seed: int | None = None

@@ -5,9 +5,14 @@ and tells it their returns. The run folder (`onebox.run`) gets the config, Tenso
 scalars at env-frame steps (`fitness/best`, `fitness/mean`, `fitness/median`, `fitness/score` -
 the current solution's mean return -, `charts/frames`, `charts/frames_per_s`, time split),
 `checkpoint.pt` (every `checkpoint_minutes`, at the end and on Ctrl-C) and `curve.png`.
-`--resume RUN_DIR` continues from the checkpoint exactly: genomes or center, optimizer,
-normalizer, RNG and frame counter; `--generations` and `--frame-budget` may be raised.
-`load_policy` gives `onebox eval` the best individual.
+`onebox evolve --resume RUN_DIR` continues from the checkpoint exactly: genomes or center,
+optimizer, normalizer, RNG and frame counter (`onebox evolve ALGO --resume RUN_DIR` also takes
+`--generations` and `--frame-budget`, to run longer). `load_policy` gives `onebox eval` the best
+individual.
+
+Fields left unset come from a preset per algorithm and env family (`onebox.evo.presets`); the
+resolved config, every preset value filled in, is what `config.json` holds. Everything is checked,
+the env made and the algorithm built before the run folder is created.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+import onebox.envs
 from onebox.evo.core import Algorithm, Generation
 from onebox.evo.es import ES, ESParams
 from onebox.evo.evaluator import PopulationEvaluator
 from onebox.evo.ga import GA, GAParams
+from onebox.evo.presets import env_family, preset_fields
 from onebox.evo.rs import ARS, RandomSearch, RSParams
 from onebox.nn.population import PopulationNet, default_arch
 
@@ -36,18 +43,22 @@ class EvolveConfig:
 
     env: str = "CartPole-v1"
     """Env id (`onebox envs` lists them)."""
-    generations: int = 100
-    """Generations to run (in total, counting resumed ones)."""
-    frame_budget: int = 0
-    """Stop after the generation that reaches this many env frames (0: no budget)."""
+    preset: Literal["auto", "classic", "mujoco", "atari"] = "auto"
+    """Hyperparameter preset: `auto` picks by env (Atari, MuJoCo, or classic)."""
+    generations: int | None = None
+    """Generations to run, in total, counting resumed ones (preset: 10-20 classic, 1000 MuJoCo,
+    100 Atari)."""
+    frame_budget: int | None = None
+    """Stop after the generation that reaches this many env frames (0 or unset: no budget; on
+    resume, unset keeps the run's)."""
     seed: int = 0
     """Seed of the algorithm's random stream (genomes, noise, env seeds)."""
     arch: Literal["mlp", "cnn"] | None = None
     """Network: a tanh MLP, or the Nature CNN (default: the CNN for (C, H, W) images, such as
     Atari's, else the MLP)."""
-    hidden: tuple[int, ...] = ()
-    """Hidden sizes (default: (64, 64) for the mlp, (512,) for the cnn's fc layer); `0` alone
-    makes the mlp a linear policy (as ARS's)."""
+    hidden: tuple[int, ...] | None = None
+    """Hidden sizes (default: the preset's, else (64, 64) for the mlp and (512,) for the cnn's fc
+    layer); `0` alone makes the mlp a linear policy (as ARS's, the MuJoCo preset of `rs`)."""
     num_slots: int | None = None
     """Networks evaluated at once (K), in two pipelined groups (default: 256 for the mlp, 64 for
     the cnn)."""
@@ -74,7 +85,8 @@ class EvolveConfig:
     name: str | None = None
     """Run folder name (default: env__algo__seed__time)."""
     resume: Path | None = None
-    """Continue the run in this folder from its checkpoint."""
+    """Continue the run in this folder from its checkpoint (with `--generations` and
+    `--frame-budget` taken from the command line; `onebox evolve --resume RUN` keeps them)."""
     checkpoint_minutes: float = 10.0
     """Minutes between checkpoints (one is always written at the end)."""
     track: bool = False
@@ -101,20 +113,28 @@ class RSConfig(EvolveConfig, RSParams):
 AnyConfig = GAConfig | ESConfig | RSConfig
 
 
-def algo_name(config: AnyConfig) -> str:
-    """ "ga", "es", "rs-random" or "rs-ars"."""
+def command_name(config: AnyConfig) -> str:
+    """ "ga", "es" or "rs": the `onebox evolve` command of this config."""
     if isinstance(config, GAConfig):
         return "ga"
     if isinstance(config, ESConfig):
         return "es"
     if isinstance(config, RSConfig):
-        return f"rs-{config.mode}"
+        return "rs"
     raise TypeError(f"not an evolve config: {type(config).__name__}")
+
+
+def algo_name(config: AnyConfig) -> str:
+    """ "ga", "es", "rs-random" or "rs-ars"."""
+    name = command_name(config)
+    return f"rs-{config.mode}" if isinstance(config, RSConfig) else name
 
 
 def net_hidden(config: AnyConfig) -> tuple[int, ...] | None:
     """The network's hidden sizes from `--hidden`: None (the architecture's default) when unset,
     () for a linear policy (`--hidden 0`)."""
+    if config.hidden is None:
+        return None
     hidden = tuple(config.hidden)
     if hidden == (0,):
         return ()
@@ -145,13 +165,14 @@ def make_algorithm(config: AnyConfig, evaluator: PopulationEvaluator) -> Algorit
     """The algorithm a config describes, over the evaluator's networks."""
     dim, init = evaluator.num_params, evaluator.net.init_params
     obs_shape = evaluator.net.obs_shape if evaluator.net.arch == "mlp" else None
-    if isinstance(config, GAConfig):
-        return GA(dim, init, config, config.seed)
-    if isinstance(config, ESConfig):
-        return ES(dim, init, config, config.seed, obs_shape)
-    if config.mode == "ars":
-        return ARS(dim, init, config, config.seed, obs_shape)
-    return RandomSearch(dim, init, config, config.seed)
+    params = params_of(config)
+    if isinstance(params, GAParams):
+        return GA(dim, init, params, config.seed)
+    if isinstance(params, ESParams):
+        return ES(dim, init, params, config.seed, obs_shape)
+    if params.mode == "ars":
+        return ARS(dim, init, params, config.seed, obs_shape)
+    return RandomSearch(dim, init, params, config.seed)
 
 
 def step_generation(algo: Algorithm, evaluator: PopulationEvaluator) -> Generation:
@@ -166,14 +187,84 @@ def step_generation(algo: Algorithm, evaluator: PopulationEvaluator) -> Generati
             return gen
 
 
-def _check(config: AnyConfig) -> None:
+def params_of(config: AnyConfig) -> GAParams | ESParams | RSParams:
+    """The algorithm's hyperparameters in a config."""
+    cls = {"ga": GAParams, "es": ESParams, "rs": RSParams}[command_name(config)]
+    return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+
+
+def resolve(config: AnyConfig) -> AnyConfig:
+    """Fill the env family's preset into the fields left None and check every field; raise
+    ValueError on bad input (the env itself is checked when the evaluator makes it)."""
+    from onebox.algos.common import fill_preset
+
+    if onebox.envs.backend_of(config.env) is None:
+        onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
+    family = env_family(config.env) if config.preset == "auto" else config.preset
+    config = fill_preset(config, preset_fields(command_name(config), family))
+    config = dataclasses.replace(config, preset=family, frame_budget=config.frame_budget or 0)
     if config.generations < 1:
         raise ValueError(f"--generations must be >= 1, got {config.generations}")
     if config.frame_budget < 0:
         raise ValueError(f"--frame-budget must be >= 0, got {config.frame_budget}")
     if config.torch_threads < 1:
         raise ValueError(f"--torch-threads must be >= 1, got {config.torch_threads}")
+    if config.checkpoint_minutes < 0:
+        raise ValueError(f"--checkpoint-minutes must be >= 0, got {config.checkpoint_minutes}")
     net_hidden(config)
+    params_of(config).check()
+    return config
+
+
+CHECKPOINT_KEYS = ("algo", "frames", "elapsed", "rng", "best", "obs_norm")
+"""What an evolve run's checkpoint holds."""
+
+
+def stored_config(run_dir: Path, command: str | None = None) -> AnyConfig:
+    """The config of the evolve run in `run_dir`; ValueError if the folder holds no evolve run,
+    or (given `command`: "ga", "es" or "rs") one of another algorithm."""
+    from onebox.cli import command_of
+    from onebox.run import load_config
+
+    group, name = command_of(run_dir)
+    if group != "evolve":
+        raise ValueError(
+            f"{run_dir} is a `onebox {group} {name}` run, not an evolve run; continue it with "
+            f"`onebox train --resume {run_dir}`"
+        )
+    if command is not None and name != command:
+        raise ValueError(
+            f"{run_dir} is a `onebox evolve {name}` run; continue it with "
+            f"`onebox evolve --resume {run_dir}`"
+        )
+    return load_config(run_dir)
+
+
+def open_resumed(run_dir: Path, config: AnyConfig) -> tuple[AnyConfig, dict[str, Any]]:
+    """The stored config of the evolve run in `run_dir`, with `config`'s generations and frame
+    budget where given, checked, and its checkpoint; ValueError if the folder holds no run of
+    `config`'s algorithm or cannot be continued. Writes nothing."""
+    from onebox.run import load_checkpoint
+
+    stored = stored_config(run_dir, command_name(config))
+    given = [f.name for f in dataclasses.fields(params_of(config))
+             if f.name != "mode" and getattr(config, f.name) is not None]  # fmt: skip
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ValueError(
+            f"{flags}: a resumed run keeps its settings (config.json); only --generations and "
+            "--frame-budget may change"
+        )
+    limits = {"generations": config.generations, "frame_budget": config.frame_budget}
+    stored = dataclasses.replace(stored, **{k: v for k, v in limits.items() if v is not None})
+    stored = resolve(stored)
+    return stored, load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)
+
+
+def resume(config: Any) -> int:
+    """`onebox evolve --resume RUN`: continue an evolve run with its own settings."""
+    run_dir = Path(config.resume)
+    return run(type(stored_config(run_dir))(resume=run_dir))  # every setting from config.json
 
 
 def run(config: AnyConfig) -> int:
@@ -183,8 +274,7 @@ def run(config: AnyConfig) -> int:
         GracefulInterrupt,
         Logger,
         Progress,
-        load_checkpoint,
-        load_config,
+        import_wandb,
         new_run_dir,
         plot_curves,
         rng_state,
@@ -192,32 +282,21 @@ def run(config: AnyConfig) -> int:
         set_rng_state,
     )
 
-    _check(config)
     state = None
     if config.resume is not None:
         run_dir = Path(config.resume)
-        stored = load_config(run_dir)
-        if type(stored) is not type(config):
-            raise ValueError(
-                f"{run_dir} is a {type(stored).__name__} run; resume it with its own command"
-            )
-        state = load_checkpoint(run_dir)
-        config = dataclasses.replace(
-            stored, generations=config.generations, frame_budget=config.frame_budget
-        )
-        save_config(run_dir, config)
+        config, state = open_resumed(run_dir, config)
     else:
-        run_dir = new_run_dir(
-            config.runs_dir,
-            config.name,
-            env_id=config.env,
-            algo=algo_name(config),
-            seed=config.seed,
-        )
-        save_config(run_dir, config)
+        config = resolve(config)
+    if config.track:
+        import_wandb()  # a missing wandb fails here, before the run folder
     torch.set_num_threads(config.torch_threads)
     with make_evaluator(config) as evaluator:
         algo = make_algorithm(config, evaluator)
+        if state is None:  # all checked, the env made and the algorithm built: now the folder
+            run_dir = new_run_dir(config.runs_dir, config.name, env_id=config.env,
+                                  algo=algo_name(config), seed=config.seed)  # fmt: skip
+        save_config(run_dir, config)
         elapsed = 0.0
         if state is not None:
             algo.load_state_dict(state["algo"])
@@ -242,6 +321,7 @@ def run(config: AnyConfig) -> int:
             )
 
         total = config.generations
+        assert total is not None
         with (
             log,
             Progress(
@@ -289,7 +369,7 @@ def load_policy(run_dir: Path, config: Any) -> Callable[[np.ndarray], np.ndarray
     import onebox.envs
     from onebox.run import load_checkpoint
 
-    state = load_checkpoint(Path(run_dir))
+    state = load_checkpoint(Path(run_dir), keys=CHECKPOINT_KEYS)
     probe = onebox.envs.make(config.env, num_envs=1, num_threads=1)
     try:
         obs_space, act_space = probe.single_observation_space, probe.single_action_space

@@ -39,8 +39,8 @@ class RunningMeanStd:
         return {"mean": self.mean.copy(), "var": self.var.copy(), "count": self.count}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.mean = np.array(state["mean"], np.float64)
-        self.var = np.array(state["var"], np.float64)
+        self.mean = np.asarray(state["mean"], np.float64).copy()
+        self.var = np.asarray(state["var"], np.float64).copy()
         self.count = float(state["count"])
 
 
@@ -91,4 +91,4 @@ class RewardScaler:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rms.load_state_dict(state["rms"])
-        self.returns = np.array(state["returns"], np.float64)
+        self.returns = np.asarray(state["returns"], np.float64).copy()

@@ -20,7 +20,7 @@ A run lives in `runs/<name>/`: `config.json` (the resolved config), TensorBoard 
 
 from onebox.run.checkpoint import Checkpointer, load_checkpoint
 from onebox.run.folder import load_config, new_run_dir, save_config
-from onebox.run.logger import Logger
+from onebox.run.logger import Logger, import_wandb
 from onebox.run.plots import plot_curves
 from onebox.run.progress import Progress
 from onebox.run.rng import rng_state, set_rng_state
@@ -34,6 +34,7 @@ __all__ = [
     "Logger",
     "Progress",
     "TimeSplit",
+    "import_wandb",
     "load_checkpoint",
     "load_config",
     "new_run_dir",

@@ -72,18 +72,35 @@ def load_config(run_dir: Path, cls: type | None = None) -> Any:
     `ValueError`; fields added to the class since take their defaults.
     """
     path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: {run_dir} is not a onebox run folder")
-    try:
-        doc = json.loads(path.read_text())
-        stored_type, data = doc["type"], doc["config"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"{path} is not a onebox config file ({e})") from e
+    stored_type, data = _read(run_dir)
     if cls is None:
         cls = _import_type(stored_type, path)
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"load_config needs a dataclass type, got {cls!r}")
-    return _decode(data, cls, "config", path)
+    try:
+        return _decode(data, cls, "config", path)
+    except TypeError as e:  # a value of the wrong type: the file's fault, not the caller's
+        raise ValueError(str(e)) from None
+
+
+def config_type(run_dir: Path) -> str:
+    """The config type `run_dir/"config.json"` names, as "module:QualName" (nothing imported)."""
+    return _read(run_dir)[0]
+
+
+def _read(run_dir: Path) -> tuple[str, Any]:
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        what = "does not exist" if not Path(run_dir).exists() else f"has no {CONFIG_FILE}"
+        raise FileNotFoundError(f"{run_dir} is not a onebox run folder: it {what}")
+    try:
+        doc = json.loads(path.read_text())
+        stored_type, data = doc["type"], doc["config"]
+        if not isinstance(stored_type, str) or not isinstance(data, dict):
+            raise TypeError("type must be a string and config an object")
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} is not a onebox config file ({e})") from None
+    return stored_type, data
 
 
 # ---- encoding ----------------------------------------------------------------------------------

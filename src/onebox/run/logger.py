@@ -60,7 +60,7 @@ class Logger:
         self._elapsed0 = float(elapsed)
         self._t0 = time.perf_counter()
         self._returns: collections.deque[float] = collections.deque(maxlen=WINDOW)
-        wandb = _import_wandb() if track else None  # a missing wandb fails before any file is made
+        wandb = import_wandb() if track else None  # a missing wandb fails before any file is made
 
         self._csv_path = self.run_dir / CSV_FILE
         # the window of recent returns continues from the episodes logged before the checkpoint
@@ -231,11 +231,12 @@ def _number(kind: type[T], text: str) -> T | None:
         return None
 
 
-def _import_wandb() -> Any:
+def import_wandb() -> Any:
+    """The `wandb` module; ValueError (bad input: `--track`) if it is not installed."""
     try:
         import wandb
-    except ImportError as e:
-        raise RuntimeError("--track needs Weights & Biases: pip install wandb") from e
+    except ImportError:
+        raise ValueError("--track needs Weights & Biases: pip install wandb") from None
     return wandb
 
 

@@ -1,5 +1,6 @@
 """Capture and restore the global random states: Python `random`, numpy's global RNG, torch's CPU
-generator and, when CUDA is available, every CUDA device's generator."""
+generator and, when CUDA is available, every CUDA device's generator, as plain data (numbers,
+lists, tuples and tensors) that a weights-only checkpoint holds."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ def rng_state() -> dict[str, Any]:
     """The global RNG states, for a checkpoint; restore them with `set_rng_state`."""
     import torch
 
+    name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)  # type: ignore[misc]
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": (str(name), keys.tolist(), int(pos), int(has_gauss), float(gauss)),
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -33,7 +35,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
             f"RNG state lacks {', '.join(sorted(missing))}; pass the dict made by rng_state()"
         )
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
         cuda = state["cuda"]
