@@ -1,0 +1,290 @@
+"""`ReplayBuffer`: the transition table of DQN-family and SAC learners (see `onebox.replay`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onebox.replay.checks import as_batch, check_flags, check_obs
+from onebox.replay.frames import FrameStore
+from onebox.replay.nstep import NStepStaging
+from onebox.replay.persist import (
+    check_config,
+    config_array,
+    load_into,
+    load_npz,
+    rng_state,
+    save_npz,
+    set_rng_state,
+)
+from onebox.replay.priorities import Priorities, check_priority_args
+
+
+@dataclass
+class ReplayBatch:
+    """A sampled batch of n-step transitions (numpy arrays, leading axis the batch)."""
+
+    obs: np.ndarray  # the observation the action was taken in
+    actions: np.ndarray
+    returns: np.ndarray  # float32: discounted sum of the (up to) n rewards
+    next_obs: np.ndarray  # the observation after the last of those steps (final obs at an end)
+    discounts: np.ndarray  # float32: gamma**k for the k steps taken; 0 if terminated within them
+    weights: np.ndarray  # float32 importance weights (max 1); ones when uniform
+    indices: np.ndarray  # int64 slots, for update_priorities
+
+
+class ReplayBuffer:
+    """A FIFO table of n-step transitions, uniform or prioritized (see the package docstring).
+
+    `capacity` is rounded down to a multiple of `num_envs`: each env owns `capacity // num_envs`
+    slots and, with `frame_stack`, a frame ring of that many frames plus 1/16 more (for the whole
+    first stacks of episodes). Episodes shorter than about 16 * K steps on average can outrun that
+    margin; the env's oldest transitions then leave the table early (never a wrong stack).
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: Any,
+        action_shape: tuple[int, ...],
+        action_dtype: Any,
+        num_envs: int,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        prioritized: bool = False,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_steps: int = 1_000_000,
+        frame_stack: int = 0,
+        seed: int = 0,
+        eps: float = 1e-6,
+    ) -> None:
+        obs_shape, action_shape = (
+            tuple(int(d) for d in obs_shape),
+            tuple(int(d) for d in action_shape),
+        )
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if capacity < num_envs:
+            raise ValueError(f"capacity ({capacity}) must be at least num_envs ({num_envs})")
+        if frame_stack < 0 or (frame_stack and (len(obs_shape) < 2 or obs_shape[0] != frame_stack)):
+            raise ValueError(
+                f"frame_stack={frame_stack} needs obs_shape (frame_stack, H, W, ...), got {obs_shape}"
+            )
+        check_priority_args(alpha, beta, beta_steps, eps)
+        self.config = {
+            "capacity": int(capacity), "obs_shape": obs_shape, "obs_dtype": np.dtype(obs_dtype).str,
+            "action_shape": action_shape, "action_dtype": np.dtype(action_dtype).str,
+            "num_envs": int(num_envs), "n_step": int(n_step), "gamma": float(gamma),
+            "prioritized": bool(prioritized), "alpha": float(alpha), "beta": float(beta),
+            "beta_steps": int(beta_steps), "frame_stack": int(frame_stack), "eps": float(eps),
+        }  # fmt: skip
+        self.num_envs, self.per_env = int(num_envs), int(capacity) // int(num_envs)
+        self.capacity = self.per_env * self.num_envs
+        self.obs_shape, self.obs_dtype = obs_shape, np.dtype(obs_dtype)
+        self.action_shape, self.action_dtype = action_shape, np.dtype(action_dtype)
+        self.frame_stack, self.gamma = int(frame_stack), float(gamma)
+        self.rng = np.random.default_rng(seed)
+
+        staged: dict[str, tuple[tuple[int, ...], np.dtype]] = {
+            "action": (action_shape, self.action_dtype),
+            "priority": ((), np.dtype(np.float64)),
+        }
+        c = self.capacity
+        self.table: dict[str, np.ndarray] = {
+            "actions": np.zeros((c, *action_shape), dtype=self.action_dtype),
+            "returns": np.zeros(c, dtype=np.float32),
+            "discounts": np.zeros(c, dtype=np.float32),
+        }
+        if frame_stack:
+            margin = max(self.per_env // 16, 2 * frame_stack * (n_step + 2))
+            self.frames: FrameStore | None = FrameStore(
+                self.num_envs, self.per_env + margin, obs_shape, self.obs_dtype
+            )
+            staged["obs_pos"] = ((), np.dtype(np.int64))
+            self.table["obs_pos"] = np.zeros(c, dtype=np.int64)
+            self.table["next_pos"] = np.zeros(c, dtype=np.int64)
+        else:
+            self.frames = None
+            staged["obs"] = (obs_shape, self.obs_dtype)
+            self.table["obs"] = np.zeros((c, *obs_shape), dtype=self.obs_dtype)
+            self.table["next_obs"] = np.zeros((c, *obs_shape), dtype=self.obs_dtype)
+        self.staging = NStepStaging(self.num_envs, n_step, gamma, staged)
+        self.head = np.zeros(self.num_envs, dtype=np.int64)  # transitions ever written per env
+        self.tail = np.zeros(self.num_envs, dtype=np.int64)  # the oldest still held, per env
+        self.priorities = Priorities(c, alpha, beta, beta_steps, eps) if prioritized else None
+
+    def __len__(self) -> int:
+        return int((self.head - self.tail).sum())
+
+    @property
+    def beta(self) -> float:
+        """The importance-weight exponent of the next sample (1 when uniform)."""
+        return self.priorities.beta if self.priorities else 1.0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of storage held (table, frames, staging, priority trees)."""
+        return sum(a.nbytes for a in self.state_dict().values())
+
+    def add(
+        self,
+        obs: Any,
+        actions: Any,
+        rewards: Any,
+        terminated: Any,
+        truncated: Any,
+        next_obs: Any,
+        priorities: Any = None,
+    ) -> None:
+        """One env step of every env (row i is env i). `next_obs` is the true next observation
+        (the final one where an episode ended). `priorities`: optional TD-error magnitudes of the
+        transitions that start at this step (Ape-X's actor priorities; NaN: the max), applied when
+        their n-step returns complete; without them new transitions get the max priority."""
+        n = self.num_envs
+        obs = check_obs("obs", obs, (n, *self.obs_shape), self.obs_dtype)
+        next_obs = check_obs("next_obs", next_obs, (n, *self.obs_shape), self.obs_dtype)
+        actions = as_batch("actions", actions, (n, *self.action_shape), self.action_dtype)
+        rewards = as_batch("rewards", rewards, (n,), np.dtype(np.float64))
+        terminated = check_flags("terminated", terminated, n)
+        truncated = check_flags("truncated", truncated, n)
+        if priorities is None:
+            prio = np.full(n, np.nan)
+        elif self.priorities is None:
+            raise ValueError("priorities given to add() of a uniform table (prioritized=False)")
+        else:
+            prio = as_batch("priorities", priorities, (n,), np.dtype(np.float64))
+        staged = {"action": actions, "priority": prio}
+        if self.frames is not None:
+            staged["obs_pos"], next_pos = self.frames.put(obs, next_obs)
+        else:
+            staged["obs"] = obs
+        out = self.staging.push(staged, rewards, terminated, truncated)
+
+        counts = np.bincount(out.envs, minlength=n)
+        rank = np.arange(len(out.envs)) - (np.cumsum(counts) - counts)[out.envs]
+        slots = out.envs * self.per_env + (self.head[out.envs] + rank) % self.per_env
+        self.head += counts
+        self.tail = np.maximum(self.tail, self.head - self.per_env)
+        t = self.table
+        t["actions"][slots] = out.fields["action"]
+        t["returns"][slots] = out.returns
+        t["discounts"][slots] = out.discounts
+        if self.frames is not None:
+            t["obs_pos"][slots] = out.fields["obs_pos"]
+            t["next_pos"][slots] = next_pos[out.envs]
+            self._drop_overwritten()
+        else:
+            t["obs"][slots] = out.fields["obs"]
+            t["next_obs"][slots] = next_obs[out.envs]
+        if self.priorities is not None:
+            self.priorities.add(slots, out.fields["priority"])
+
+    def _drop_overwritten(self) -> None:
+        """Transitions whose oldest frame has been overwritten leave the table."""
+        envs = np.arange(self.num_envs)
+        oldest = self.frames.oldest + self.frame_stack - 1  # lowest newest-frame still whole
+        while True:
+            slots = envs * self.per_env + self.tail % self.per_env
+            gone = (self.head > self.tail) & (self.table["obs_pos"][slots] < oldest)
+            if not gone.any():
+                return
+            if self.priorities is not None:
+                self.priorities.remove(slots[gone])
+            self.tail[gone] += 1
+
+    def sample(self, batch_size: int) -> ReplayBatch:
+        """`batch_size` transitions, drawn with replacement: uniformly, or prioritized (stratified
+        over `batch_size` equal segments of the priority total)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if batch_size > self.capacity:
+            raise ValueError(
+                f"batch_size {batch_size} is larger than the capacity {self.capacity}; "
+                "make the capacity larger"
+            )
+        size = len(self)
+        if size == 0:
+            raise ValueError("sample() from an empty replay table: add() transitions first")
+        if self.priorities is not None:
+            slots, weights = self.priorities.sample(batch_size, self.rng)
+        else:
+            counts = self.head - self.tail
+            ends = np.cumsum(counts)
+            u = self.rng.integers(size, size=batch_size)
+            env = np.searchsorted(ends, u, side="right")
+            offset = self.tail[env] + u - (ends[env] - counts[env])
+            slots = env * self.per_env + offset % self.per_env
+            weights = np.ones(batch_size, dtype=np.float32)
+        t = self.table
+        if self.frames is not None:
+            env = slots // self.per_env
+            obs = self.frames.stacks(env, t["obs_pos"][slots])
+            next_obs = self.frames.stacks(env, t["next_pos"][slots])
+        else:
+            obs, next_obs = t["obs"][slots], t["next_obs"][slots]
+        return ReplayBatch(
+            obs=obs,
+            actions=t["actions"][slots],
+            returns=t["returns"][slots],
+            next_obs=next_obs,
+            discounts=t["discounts"][slots],
+            weights=weights,
+            indices=slots,
+        )
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """New priorities for sampled slots from TD errors: (|td| + eps) ** alpha."""
+        if self.priorities is None:
+            raise ValueError("update_priorities() on a uniform table (prioritized=False)")
+        indices = np.asarray(indices)
+        if indices.dtype.kind not in "iu" or indices.ndim != 1:
+            raise ValueError(
+                f"indices must be a 1-d integer array, got {indices.dtype} {indices.shape}"
+            )
+        if indices.size and (indices.min() < 0 or indices.max() >= self.capacity):
+            raise IndexError(f"indices must be slots in [0, {self.capacity})")
+        self.priorities.update(indices, np.asarray(priorities).reshape(-1))
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every array of the table (live views, not copies), its config and RNG state."""
+        state = {f"table.{k}": v for k, v in self.table.items()}
+        state |= {f"staging.{k}": v for k, v in self.staging.state_dict().items()}
+        state |= {"head": self.head, "tail": self.tail}
+        if self.frames is not None:
+            state |= {f"frames.{k}": v for k, v in self.frames.state_dict().items()}
+        if self.priorities is not None:
+            state |= {f"priorities.{k}": v for k, v in self.priorities.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore a `state_dict()` (with `config` and `rng` from `save`, checked and restored)."""
+        if "config" in state:
+            check_config("ReplayBuffer", self.config, state["config"])
+
+        def part(prefix: str) -> dict[str, np.ndarray]:
+            return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+
+        load_into(self.table, part("table."), "replay table")
+        self.staging.load_state_dict(part("staging."))
+        load_into({"head": self.head, "tail": self.tail}, state, "replay table")
+        if self.frames is not None:
+            self.frames.load_state_dict(part("frames."))
+        if self.priorities is not None:
+            self.priorities.load_state_dict(part("priorities."))
+        if "rng" in state:
+            set_rng_state(self.rng, state["rng"])
+
+    def save(self, path: Any) -> None:
+        """Write the whole table, its config and RNG state to one .npz file."""
+        save_npz(
+            path,
+            {**self.state_dict(), "config": config_array(self.config), "rng": rng_state(self.rng)},
+        )
+
+    def load(self, path: Any) -> None:
+        """Load a `save`d file into this table (built with the same arguments)."""
+        self.load_state_dict(load_npz(path))

@@ -1,0 +1,45 @@
+"""Checks of the arrays handed to a replay table: a wrong shape or dtype is a clear error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def as_batch(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """`value` as an array of exactly `shape` and `dtype`.
+
+    Integer or float data of another width is converted when the kind matches (int64 actions into
+    an int32 table, float64 rewards into float32); anything else is an error.
+    """
+    arr = np.asarray(value)
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape} (one row per env), got {arr.shape}")
+    if arr.dtype != dtype:
+        kinds = {"b": "b", "i": "iu", "u": "iu", "f": "fiu"}
+        if arr.dtype.kind not in kinds.get(dtype.kind, dtype.kind):
+            raise TypeError(f"{name} must have dtype {dtype}, got {arr.dtype}")
+        arr = arr.astype(dtype)
+    return arr
+
+
+def check_obs(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Observations: exact shape and dtype (a converted image would silently lose data)."""
+    arr = np.asarray(value)
+    if arr.shape != shape or arr.dtype != dtype:
+        raise ValueError(
+            f"{name} must be {dtype} of shape {shape} (one row per env), "
+            f"got {arr.dtype} of shape {arr.shape}"
+        )
+    return arr
+
+
+def check_flags(name: str, value: Any, num_envs: int) -> np.ndarray:
+    """Terminated/truncated flags: booleans, one per env."""
+    arr = np.asarray(value)
+    if arr.shape != (num_envs,) or arr.dtype != np.bool_:
+        raise ValueError(
+            f"{name} must be a bool array of shape ({num_envs},), got {arr.dtype} {arr.shape}"
+        )
+    return arr

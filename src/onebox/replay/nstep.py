@@ -1,0 +1,98 @@
+"""n-step returns computed at insertion, from a small staging ring per env.
+
+Each env step is pushed for all envs at once. A step leaves the staging as a transition when its
+n-step window is complete, or earlier when the episode ends: at termination every staged step of
+that env leaves with the rewards up to the end and discount 0 (no bootstrap); at truncation they
+leave with discount gamma**k for the k steps they span, to bootstrap from the final observation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from onebox.replay.persist import load_into
+
+
+@dataclass
+class Emitted:
+    """Transitions that left the staging, ordered by env then age (oldest first)."""
+
+    envs: np.ndarray  # (m,) int64: the env of each
+    fields: dict[str, np.ndarray]  # the staged fields of each transition's first step
+    returns: np.ndarray  # (m,) float64: sum_k gamma**k * r_{t+k}
+    discounts: np.ndarray  # (m,) float64: gamma**steps, 0 if terminated within them
+
+
+class NStepStaging:
+    """Up to `n_step` staged steps per env, each with `fields` (name -> (shape, dtype))."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        n_step: int,
+        gamma: float,
+        fields: dict[str, tuple[tuple[int, ...], np.dtype]],
+    ) -> None:
+        if n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {n_step}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        self.num_envs, self.n_step, self.gamma = num_envs, int(n_step), float(gamma)
+        self.data = {
+            name: np.zeros((num_envs, n_step, *shape), dtype=dtype)
+            for name, (shape, dtype) in fields.items()
+        }
+        self.rewards = np.zeros((num_envs, n_step), dtype=np.float64)
+        self.head = np.zeros(num_envs, dtype=np.int64)  # ring index of the oldest staged step
+        self.count = np.zeros(num_envs, dtype=np.int64)  # staged steps per env
+
+    def push(
+        self,
+        fields: dict[str, np.ndarray],
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+    ) -> Emitted:
+        """Stage one step of every env; return the transitions it completes."""
+        n, envs = self.n_step, np.arange(self.num_envs)
+        slot = (self.head + self.count) % n
+        for name, value in fields.items():
+            self.data[name][envs, slot] = value
+        self.rewards[envs, slot] = rewards
+        self.count += 1
+        done = terminated | truncated
+
+        ages = np.arange(n)
+        ring = (self.head[:, None] + ages) % n  # (envs, n): ring index of each age
+        staged = ages < self.count[:, None]
+        r = np.where(staged, self.rewards[envs[:, None], ring], 0.0)
+        suffix = np.zeros((self.num_envs, n + 1))
+        for j in range(n - 1, -1, -1):
+            suffix[:, j] = r[:, j] + self.gamma * suffix[:, j + 1]
+        full = self.count == n
+        emit = staged & (done[:, None] | (full[:, None] & (ages == 0)))
+        env, age = np.nonzero(emit)
+        steps = self.count[env] - age
+        discounts = np.where(terminated[env], 0.0, self.gamma ** steps.astype(np.float64))
+        out = {name: value[env, ring[env, age]] for name, value in self.data.items()}
+        emitted = Emitted(env, out, suffix[env, age], discounts)
+
+        slide = full & ~done
+        self.head[slide] = (self.head[slide] + 1) % n
+        self.count[slide] -= 1
+        self.head[done] = 0
+        self.count[done] = 0
+        return emitted
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {
+            **{f"data.{k}": v for k, v in self.data.items()},
+            "rewards": self.rewards,
+            "head": self.head,
+            "count": self.count,
+        }
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        load_into(self.state_dict(), state, "n-step staging")
