@@ -37,6 +37,7 @@ from onebox.algos.common import (
 )
 from onebox.nn.networks import is_image
 from onebox.replay import ReplayBatch, ReplayBuffer
+from onebox.replay.persist import rng_state
 from onebox.sampling import EpisodeTracker
 
 LOG_EVERY = 1000
@@ -168,7 +169,8 @@ def run_loop(
     def save() -> None:
         logger.flush()
         checkpointer.save({
-            "agent": agent.state_dict(), "replay": buffer.state_dict(), "global_step": global_step,
+            "agent": agent.state_dict(), "global_step": global_step,
+            "replay": {**buffer.state_dict(), "rng": rng_state(buffer.rng)},
             "updates": updates, "elapsed": logger.elapsed(), "rng": run.rng_state(),
         })  # fmt: skip
 
@@ -200,7 +202,7 @@ def run_loop(
                             stats, priorities = agent.update(batch, global_step)
                         if priorities is not None:
                             with split("replay"):
-                                buffer.update_priorities(batch.indices, priorities)
+                                buffer.update_priorities(batch.indices, priorities.cpu().numpy())
                         updates += 1
                 returns, lengths = tracker.pop()
                 if returns:

@@ -171,7 +171,7 @@ class Agent:
 
     @property
     def alpha(self) -> float:
-        return float(self.log_alpha.exp())
+        return float(self.log_alpha.detach().exp())
 
     def act(self, obs: np.ndarray, step: int) -> np.ndarray:
         assert self.config.learning_starts is not None
