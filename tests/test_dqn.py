@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
-from learning import kill_and_resume, last_mean, metric
 
+from learning import kill_and_resume, last_mean, metric
 from onebox import cli, run
 from onebox.algos import dqn
 from onebox.nn.networks import QNetwork, dueling_q
@@ -31,7 +31,10 @@ def test_td_target_of_dqn_and_double_dqn() -> None:
 
 
 def test_dueling_aggregation() -> None:
-    value, advantage = torch.tensor([[1.0], [2.0]]), torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]])
+    value, advantage = (
+        torch.tensor([[1.0], [2.0]]),
+        torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]]),
+    )
     assert dueling_q(value, advantage).tolist() == [[0.0, 1.0, 2.0], [1.0, 1.0, 4.0]]
     torch.manual_seed(0)
     net = QNetwork(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3), dueling=True)
@@ -51,17 +54,26 @@ def test_update_uses_the_buffers_n_step_returns_and_discounts() -> None:
         buf.add(states[t], np.array([t % 2]), np.array([t + 1.0]), np.array([False]),
                 np.array([False]), states[t + 1])  # fmt: skip
     batch = buf.sample(4)
-    assert np.allclose(batch.returns, 1 + 0.9 * 2 + 0.81 * 3) and np.allclose(batch.discounts, 0.729)
-    envs = type("Envs", (), {"single_observation_space": obs_space, "single_action_space": act_space})
+    assert np.allclose(batch.returns, 1 + 0.9 * 2 + 0.81 * 3) and np.allclose(
+        batch.discounts, 0.729
+    )
+    envs = type(
+        "Envs", (), {"single_observation_space": obs_space, "single_action_space": act_space}
+    )
     config = dataclasses.replace(dqn.Config(), total_steps=100, learning_rate=1e-3, end_e=0.05,
                                  exploration_fraction=0.5, target_network_frequency=10)  # fmt: skip
     torch.manual_seed(0)
     agent = dqn.Agent(config, envs, torch.device("cpu"))
     with torch.no_grad():
         q = agent.q(torch.as_tensor(batch.obs)).gather(1, torch.as_tensor(batch.actions)[:, None])
-        y = torch.as_tensor(batch.returns) + 0.729 * agent.target(torch.as_tensor(batch.next_obs)).max(-1).values
+        y = (
+            torch.as_tensor(batch.returns)
+            + 0.729 * agent.target(torch.as_tensor(batch.next_obs)).max(-1).values
+        )
     stats, priorities = agent.update(batch, step=1)
-    assert stats["losses/td_loss"] == pytest.approx(float(((q.squeeze(1) - y) ** 2).mean()), rel=1e-5)
+    assert stats["losses/td_loss"] == pytest.approx(
+        float(((q.squeeze(1) - y) ** 2).mean()), rel=1e-5
+    )
     assert priorities is None
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from learning import kill_and_resume, last_mean, metric
 
+from learning import kill_and_resume, last_mean, metric
 from onebox import cli, run
 from onebox.algos import pqn
 
@@ -39,7 +39,8 @@ def test_q_lambda_returns_match_a_hand_loop() -> None:
     no_ends = torch.zeros_like(ends)
     mc = pqn.q_lambda_returns(rewards, values, no_ends, next_value, gamma, 1.0)
     assert float(mc[0, 0]) == pytest.approx(
-        sum(gamma**k * float(rewards[k, 0]) for k in range(t_len)) + gamma**t_len * float(next_value[0]),
+        sum(gamma**k * float(rewards[k, 0]) for k in range(t_len))
+        + gamma**t_len * float(next_value[0]),
         rel=1e-5,
     )
 

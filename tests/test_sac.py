@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
-from learning import kill_and_resume, metric
 
+from learning import kill_and_resume, metric
 from onebox import cli, run
 from onebox.algos import sac
 from onebox.nn.networks import SquashedGaussianActor

@@ -175,7 +175,9 @@ def resolve_env(config: Any, presets: dict[str, dict[str, Any]], check_spaces: S
     return config
 
 
-def greedy_q_policy(q: Callable[[torch.Tensor], torch.Tensor], device: torch.device | str) -> Policy:
+def greedy_q_policy(
+    q: Callable[[torch.Tensor], torch.Tensor], device: torch.device | str
+) -> Policy:
     """A trained Q-network as `onebox eval` plays it: the action of highest Q."""
 
     @torch.no_grad()

@@ -198,7 +198,9 @@ class Agent:
             if c.tau == 1:
                 self.target.load_state_dict(self.q.state_dict())
             else:
-                for target, online in zip(self.target.parameters(), self.q.parameters()):
+                for target, online in zip(
+                    self.target.parameters(), self.q.parameters(), strict=True
+                ):
                     target.lerp_(online.detach(), c.tau)
             self.target_step = step
         stats = {"losses/td_loss": loss.item(), "losses/q_values": q_taken.mean().item(),

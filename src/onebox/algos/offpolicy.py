@@ -51,9 +51,7 @@ class Agent(Protocol):
         """Actions for a batch of observations (one per env), at env step `step`."""
         ...
 
-    def update(
-        self, batch: ReplayBatch, step: int
-    ) -> tuple[dict[str, float], torch.Tensor | None]:
+    def update(self, batch: ReplayBatch, step: int) -> tuple[dict[str, float], torch.Tensor | None]:
         """One gradient update on `batch` at env step `step`: (stats to log, new priorities of
         the batch's rows for prioritized replay, else None)."""
         ...

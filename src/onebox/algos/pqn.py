@@ -28,11 +28,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from onebox import run
 from onebox.algos import onpolicy
 from onebox.algos.common import check_positive, greedy_q_policy, resolve_env
 from onebox.algos.onpolicy import Agent, run_loop
 from onebox.nn.networks import EpsilonGreedy, QNetwork
-from onebox import run
 from onebox.run import load_config
 from onebox.sampling import Rollout
 

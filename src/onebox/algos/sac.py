@@ -141,7 +141,9 @@ def critic_target(
     return returns + discounts * (torch.min(next_q1, next_q2) - alpha * next_log_prob)
 
 
-def alpha_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float) -> torch.Tensor:
+def alpha_loss(
+    log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float
+) -> torch.Tensor:
     """The entropy coefficient's loss, -alpha * (log pi + target entropy) averaged: alpha grows
     while the policy's entropy is below the target and shrinks while above (CleanRL's form)."""
     return (-log_alpha.exp() * (log_prob.detach() + target_entropy)).mean()
@@ -204,7 +206,7 @@ class Agent:
                 stats.update(self._update_actor(obs))
         if self.updates % c.target_network_frequency == 0:
             for net, target in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
-                for p, tp in zip(net.parameters(), target.parameters()):
+                for p, tp in zip(net.parameters(), target.parameters(), strict=True):
                     tp.lerp_(p.detach(), c.tau)
         stats["losses/alpha"] = self.alpha
         td = ((q1 - y).abs() + (q2 - y).abs()).detach() / 2

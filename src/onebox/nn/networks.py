@@ -407,7 +407,11 @@ class SquashedGaussianActor(nn.Module):
         u = normal.rsample()
         y = torch.tanh(u)
         log_prob = normal.log_prob(u) - torch.log(self.scale * (1 - y.pow(2)) + 1e-6)
-        return y * self.scale + self.bias, log_prob.sum(-1), torch.tanh(mean) * self.scale + self.bias
+        return (
+            y * self.scale + self.bias,
+            log_prob.sum(-1),
+            torch.tanh(mean) * self.scale + self.bias,
+        )
 
 
 class ContinuousQ(nn.Module):
@@ -440,5 +444,7 @@ def check_bounded_actions(action_space: spaces.Space) -> tuple[np.ndarray, np.nd
         )
     low, high = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
     if not (np.isfinite(low).all() and np.isfinite(high).all()):
-        raise ValueError(f"SAC rescales actions to their bounds, which must be finite: {action_space}")
+        raise ValueError(
+            f"SAC rescales actions to their bounds, which must be finite: {action_space}"
+        )
     return low, high
