@@ -9,6 +9,7 @@
     onebox evolve ga|es|rs      neuroevolution (GA, ES, random search / ARS)
     onebox bench evolve         population-evaluation frames/s
     onebox bench inference      inference server requests/s and latency
+    onebox bench replay         prioritized replay against cpprb, Atari memory per transition
 
 Commands form a tree: a `Group` (`bench`) holds commands, a `Command` (`envs`) is a leaf with a
 config dataclass, parsed by tyro (one docstring per field becomes its `--help`), and a function
@@ -151,7 +152,7 @@ COMMANDS: dict[str, Command | Group] = {
     ),
     "bench": Group(
         "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `train`, `evolve`, "
-        "`inference`.",
+        "`inference`, `replay`.",
         {
             "envs": Command(
                 "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
@@ -172,6 +173,11 @@ COMMANDS: dict[str, Command | Group] = {
                 "Population-evaluation frames/s against env-only and one-at-a-time evaluation.",
                 config="onebox.bench.evolve:EvolveBenchConfig",
                 run="onebox.bench.evolve:run",
+            ),
+            "replay": Command(
+                "Prioritized replay insert and sample+update rates against cpprb; Atari memory.",
+                config="onebox.bench.replay:ReplayBenchConfig",
+                run="onebox.bench.replay:run",
             ),
         },
     ),

@@ -9,7 +9,8 @@ import numpy as np
 
 from onebox.replay.checks import as_batch, check_flags, check_obs
 from onebox.replay.frames import FrameStore
-from onebox.replay.nstep import NStepStaging
+from onebox.replay.gather import take
+from onebox.replay.nstep import NStepStaging, check_nstep_args
 from onebox.replay.persist import (
     check_config,
     config_array,
@@ -74,6 +75,7 @@ class ReplayBuffer:
             raise ValueError(
                 f"frame_stack={frame_stack} needs obs_shape (frame_stack, H, W, ...), got {obs_shape}"
             )
+        check_nstep_args(n_step, gamma)
         check_priority_args(alpha, beta, beta_steps, eps)
         self.config = {
             "capacity": int(capacity), "obs_shape": obs_shape, "obs_dtype": np.dtype(obs_dtype).str,
@@ -93,29 +95,31 @@ class ReplayBuffer:
             "action": (action_shape, self.action_dtype),
             "priority": ((), np.dtype(np.float64)),
         }
-        c = self.capacity
-        self.table: dict[str, np.ndarray] = {
-            "actions": np.zeros((c, *action_shape), dtype=self.action_dtype),
-            "returns": np.zeros(c, dtype=np.float32),
-            "discounts": np.zeros(c, dtype=np.float32),
-        }
+        # One record per transition: a sampled transition is one stretch of memory, not one
+        # scattered read per field.
+        row: list[tuple[str, np.dtype, tuple[int, ...]]] = [
+            ("actions", self.action_dtype, action_shape),
+            ("returns", np.dtype(np.float32), ()),
+            ("discounts", np.dtype(np.float32), ()),
+        ]
         if frame_stack:
             margin = max(self.per_env // 16, 2 * frame_stack * (n_step + 2))
             self.frames: FrameStore | None = FrameStore(
                 self.num_envs, self.per_env + margin, obs_shape, self.obs_dtype
             )
             staged["obs_pos"] = ((), np.dtype(np.int64))
-            self.table["obs_pos"] = np.zeros(c, dtype=np.int64)
-            self.table["next_pos"] = np.zeros(c, dtype=np.int64)
+            row += [("obs_pos", np.dtype(np.int64), ()), ("next_pos", np.dtype(np.int64), ())]
         else:
             self.frames = None
             staged["obs"] = (obs_shape, self.obs_dtype)
-            self.table["obs"] = np.zeros((c, *obs_shape), dtype=self.obs_dtype)
-            self.table["next_obs"] = np.zeros((c, *obs_shape), dtype=self.obs_dtype)
+            row += [("obs", self.obs_dtype, obs_shape), ("next_obs", self.obs_dtype, obs_shape)]
+        self.table = np.zeros(self.capacity, dtype=np.dtype(row))
         self.staging = NStepStaging(self.num_envs, n_step, gamma, staged)
         self.head = np.zeros(self.num_envs, dtype=np.int64)  # transitions ever written per env
         self.tail = np.zeros(self.num_envs, dtype=np.int64)  # the oldest still held, per env
-        self.priorities = Priorities(c, alpha, beta, beta_steps, eps) if prioritized else None
+        self.priorities = (
+            Priorities(self.capacity, alpha, beta, beta_steps, eps) if prioritized else None
+        )
 
     def __len__(self) -> int:
         return int((self.head - self.tail).sum())
@@ -219,39 +223,62 @@ class ReplayBuffer:
             offset = self.tail[env] + u - (ends[env] - counts[env])
             slots = env * self.per_env + offset % self.per_env
             weights = np.ones(batch_size, dtype=np.float32)
-        t = self.table
+        return self._gather(slots, weights)
+
+    def live_indices(self) -> np.ndarray:
+        """The slots that hold transitions, env by env, oldest first."""
+        parts = [
+            e * self.per_env + np.arange(self.tail[e], self.head[e]) % self.per_env
+            for e in range(self.num_envs)
+        ]
+        return np.concatenate(parts).astype(np.int64)
+
+    def get(self, indices: Any) -> ReplayBatch:
+        """The transitions in slots `indices` (weights 1), e.g. from `live_indices()`."""
+        slots = self._check_indices(indices)
+        return self._gather(slots, np.ones(len(slots), dtype=np.float32))
+
+    def _gather(self, slots: np.ndarray, weights: np.ndarray) -> ReplayBatch:
+        rows = take(self.table, slots)
+
+        def field(name: str) -> np.ndarray:
+            return np.ascontiguousarray(rows[name])
+
         if self.frames is not None:
             env = slots // self.per_env
-            obs = self.frames.stacks(env, t["obs_pos"][slots])
-            next_obs = self.frames.stacks(env, t["next_pos"][slots])
+            obs = self.frames.stacks(env, rows["obs_pos"])
+            next_obs = self.frames.stacks(env, rows["next_pos"])
         else:
-            obs, next_obs = t["obs"][slots], t["next_obs"][slots]
+            obs, next_obs = field("obs"), field("next_obs")
         return ReplayBatch(
             obs=obs,
-            actions=t["actions"][slots],
-            returns=t["returns"][slots],
+            actions=field("actions"),
+            returns=field("returns"),
             next_obs=next_obs,
-            discounts=t["discounts"][slots],
+            discounts=field("discounts"),
             weights=weights,
             indices=slots,
         )
 
-    def update_priorities(self, indices: Any, priorities: Any) -> None:
-        """New priorities for sampled slots from TD errors: (|td| + eps) ** alpha."""
-        if self.priorities is None:
-            raise ValueError("update_priorities() on a uniform table (prioritized=False)")
+    def _check_indices(self, indices: Any) -> np.ndarray:
+        """A 1-d integer array (the range is checked where it is used)."""
         indices = np.asarray(indices)
         if indices.dtype.kind not in "iu" or indices.ndim != 1:
             raise ValueError(
                 f"indices must be a 1-d integer array, got {indices.dtype} {indices.shape}"
             )
-        if indices.size and (indices.min() < 0 or indices.max() >= self.capacity):
-            raise IndexError(f"indices must be slots in [0, {self.capacity})")
+        return indices.astype(np.int64, copy=False)
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """New priorities for sampled slots from TD errors: (|td| + eps) ** alpha."""
+        if self.priorities is None:
+            raise ValueError("update_priorities() on a uniform table (prioritized=False)")
+        indices = self._check_indices(indices)
         self.priorities.update(indices, np.asarray(priorities).reshape(-1))
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every array of the table (live views, not copies), its config and RNG state."""
-        state = {f"table.{k}": v for k, v in self.table.items()}
+        state = {"table": self.table}
         state |= {f"staging.{k}": v for k, v in self.staging.state_dict().items()}
         state |= {"head": self.head, "tail": self.tail}
         if self.frames is not None:
@@ -268,9 +295,10 @@ class ReplayBuffer:
         def part(prefix: str) -> dict[str, np.ndarray]:
             return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
-        load_into(self.table, part("table."), "replay table")
         self.staging.load_state_dict(part("staging."))
-        load_into({"head": self.head, "tail": self.tail}, state, "replay table")
+        load_into(
+            {"table": self.table, "head": self.head, "tail": self.tail}, state, "replay table"
+        )
         if self.frames is not None:
             self.frames.load_state_dict(part("frames."))
         if self.priorities is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onebox.replay.gather import take
 from onebox.replay.persist import load_into
 
 
@@ -55,8 +56,9 @@ class FrameStore:
 
     def stacks(self, envs: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """The stacks whose newest frames are at `pos` in the rings of `envs`."""
-        idx = (pos[:, None] + np.arange(1 - self.stack, 1)) % self.size
-        return self.frames[envs[:, None], idx]
+        idx = envs[:, None] * self.size + (pos[:, None] + np.arange(1 - self.stack, 1)) % self.size
+        flat = self.frames.reshape(self.num_envs * self.size, *self.frames.shape[2:])
+        return take(flat, idx).reshape(len(envs), self.stack, *self.frames.shape[2:])
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {

@@ -25,6 +25,14 @@ class Emitted:
     discounts: np.ndarray  # (m,) float64: gamma**steps, 0 if terminated within them
 
 
+def check_nstep_args(n_step: int, gamma: float) -> None:
+    """Raise ValueError naming the argument that is out of range."""
+    if n_step < 1:
+        raise ValueError(f"n_step must be >= 1 (1: one-step transitions), got {n_step}")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+
+
 class NStepStaging:
     """Up to `n_step` staged steps per env, each with `fields` (name -> (shape, dtype))."""
 
@@ -35,10 +43,7 @@ class NStepStaging:
         gamma: float,
         fields: dict[str, tuple[tuple[int, ...], np.dtype]],
     ) -> None:
-        if n_step < 1:
-            raise ValueError(f"n_step must be >= 1, got {n_step}")
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        check_nstep_args(n_step, gamma)
         self.num_envs, self.n_step, self.gamma = num_envs, int(n_step), float(gamma)
         self.data = {
             name: np.zeros((num_envs, n_step, *shape), dtype=dtype)
@@ -47,6 +52,11 @@ class NStepStaging:
         self.rewards = np.zeros((num_envs, n_step), dtype=np.float64)
         self.head = np.zeros(num_envs, dtype=np.int64)  # ring index of the oldest staged step
         self.count = np.zeros(num_envs, dtype=np.int64)  # staged steps per env
+        self._envs, self._ages = np.arange(num_envs), np.arange(n_step)
+        # returns by age = staged rewards by age @ _suffix: _suffix[k, j] = gamma**(k - j), k >= j
+        lag = self._ages[:, None] - self._ages
+        self._suffix = np.where(lag >= 0, self.gamma ** np.maximum(lag, 0), 0.0)
+        self._powers = self.gamma ** np.arange(n_step + 1, dtype=np.float64)
 
     def push(
         self,
@@ -56,7 +66,7 @@ class NStepStaging:
         truncated: np.ndarray,
     ) -> Emitted:
         """Stage one step of every env; return the transitions it completes."""
-        n, envs = self.n_step, np.arange(self.num_envs)
+        n, envs, ages = self.n_step, self._envs, self._ages
         slot = (self.head + self.count) % n
         for name, value in fields.items():
             self.data[name][envs, slot] = value
@@ -64,20 +74,16 @@ class NStepStaging:
         self.count += 1
         done = terminated | truncated
 
-        ages = np.arange(n)
         ring = (self.head[:, None] + ages) % n  # (envs, n): ring index of each age
         staged = ages < self.count[:, None]
-        r = np.where(staged, self.rewards[envs[:, None], ring], 0.0)
-        suffix = np.zeros((self.num_envs, n + 1))
-        for j in range(n - 1, -1, -1):
-            suffix[:, j] = r[:, j] + self.gamma * suffix[:, j + 1]
+        returns = (self.rewards[envs[:, None], ring] * staged) @ self._suffix
         full = self.count == n
         emit = staged & (done[:, None] | (full[:, None] & (ages == 0)))
         env, age = np.nonzero(emit)
-        steps = self.count[env] - age
-        discounts = np.where(terminated[env], 0.0, self.gamma ** steps.astype(np.float64))
-        out = {name: value[env, ring[env, age]] for name, value in self.data.items()}
-        emitted = Emitted(env, out, suffix[env, age], discounts)
+        discounts = self._powers[self.count[env] - age] * ~terminated[env]
+        index = ring[env, age]
+        out = {name: value[env, index] for name, value in self.data.items()}
+        emitted = Emitted(env, out, returns[env, age], discounts)
 
         slide = full & ~done
         self.head[slide] = (self.head[slide] + 1) % n

@@ -49,21 +49,23 @@ class Priorities:
         return self.beta0 + (1.0 - self.beta0) * min(1.0, self.samples / self.beta_steps)
 
     def _raw(self, td: np.ndarray, count: int) -> np.ndarray:
-        d = np.asarray(td, dtype=np.float64)
+        d = np.abs(np.asarray(td, dtype=np.float64)) + self.eps
         if d.shape != (count,):
             raise ValueError(f"priorities must have shape ({count},), got {d.shape}")
-        if not np.all(np.isfinite(d)):
+        if count and not np.isfinite(d.max()):
             raise ValueError("priorities must be finite (got NaN or inf: check the TD errors)")
-        return np.abs(d) + self.eps
+        return d
 
     def add(self, slots: np.ndarray, td: np.ndarray | None = None) -> None:
         """New items in `slots`: priority from `td` where given and not NaN, else the max seen."""
-        raw = np.full(len(slots), self.max_priority)
-        if td is not None:
-            given = ~np.isnan(td)
-            raw[given] = self._raw(td[given], int(given.sum()))
-            if given.any():
-                self.max_priority = max(self.max_priority, float(raw[given].max()))
+        if td is None or np.isnan(td).all():
+            self.tree.set(slots, np.full(len(slots), self.max_priority**self.alpha))
+            return
+        given = ~np.isnan(td)
+        raw = np.empty(len(slots))
+        raw[given] = self._raw(td[given], int(given.sum()))
+        self.max_priority = max(self.max_priority, float(raw[given].max()))
+        raw[~given] = self.max_priority
         self.tree.set(slots, raw**self.alpha)
 
     def remove(self, slots: np.ndarray) -> None:
@@ -73,18 +75,15 @@ class Priorities:
     def update(self, slots: np.ndarray, td: np.ndarray) -> None:
         """Set the priorities of sampled slots from their new TD errors (slots emptied since they
         were sampled are left empty)."""
-        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
         raw = self._raw(td, len(slots))
+        # A slot emptied since it was sampled (its frames overwritten) stays empty.
+        self.tree.set(slots, raw**self.alpha, skip_empty=True)
         if len(slots):
             self.max_priority = max(self.max_priority, float(raw.max()))
-        # A slot emptied since it was sampled (its frames overwritten) stays empty.
-        live = self.tree.get(slots) > 0
-        self.tree.set(slots[live], raw[live] ** self.alpha)
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Stratified proportional draw: (slots, importance weights (float32, max 1))."""
-        slots = self.tree.sample_stratified(batch_size, rng)
-        p = self.tree.get(slots)
+        slots, p = self.tree.sample_stratified(batch_size, rng)
         weights = (p / self.tree.min) ** (-self.beta)
         self.samples += 1
         return slots, weights.astype(np.float32)

@@ -1,0 +1,297 @@
+"""`SequenceReplay`: fixed-length, overlapping sequences with the recurrent state at their start,
+prioritized over sequences, for R2D2 (Kapturowski et al. 2019).
+
+    seq = SequenceReplay(capacity, obs_shape, obs_dtype, action_shape, action_dtype, num_envs,
+                         hidden_size, seq_len=80, overlap=40, burn_in=40, prioritized=True,
+                         alpha=0.9, beta=0.6, beta_steps=1_000_000, seed=0)
+    seq.add(obs, actions, rewards, terminated, truncated, next_obs, (h, c))
+    batch = seq.sample(64)       # SequenceBatch
+    seq.update_priorities(batch.indices, mixed_priority(abs_td, batch.mask))
+
+`add` takes one env step of every env and the recurrent state (h, c), each (num_envs,
+hidden_size), that the actor's network had before it saw `obs` (zeros at an episode's start, if
+that is how the actor resets). A sequence starts every `seq_len - overlap` steps of an episode and
+never crosses into the next episode: when an episode ends, the earliest unfinished sequence that
+holds steps no earlier sequence holds is stored with what it has, the rest padded
+(`mask` False). The learner unrolls from the stored state, the first `burn_in` steps only to warm
+the state up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onebox.replay.checks import as_batch, check_flags, check_obs
+from onebox.replay.gather import take
+from onebox.replay.persist import (
+    check_config,
+    config_array,
+    load_into,
+    load_npz,
+    rng_state,
+    save_npz,
+    set_rng_state,
+)
+from onebox.replay.priorities import Priorities, check_priority_args
+
+
+@dataclass
+class SequenceBatch:
+    """Sampled sequences (numpy arrays; B sequences of L = seq_len steps)."""
+
+    obs: (
+        np.ndarray
+    )  # (B, L + 1, ...): obs[:, i] at step i; obs[:, length] the obs after the last step
+    actions: np.ndarray  # (B, L, ...)
+    rewards: np.ndarray  # (B, L) float32
+    terminated: np.ndarray  # (B, L) bool: the episode terminated at this step (no bootstrap)
+    mask: np.ndarray  # (B, L) bool: a real step (False: padding after the episode ended)
+    hidden: tuple[np.ndarray, np.ndarray]  # (h, c), each (B, hidden_size): the state before step 0
+    weights: np.ndarray  # (B,) float32 importance weights; ones when uniform
+    indices: np.ndarray  # (B,) int64 slots, for update_priorities
+
+
+def mixed_priority(abs_td: np.ndarray, mask: np.ndarray, eta: float = 0.9) -> np.ndarray:
+    """R2D2's sequence priority: eta * max + (1 - eta) * mean of |TD| over the real steps."""
+    td = np.where(mask, np.abs(abs_td), 0.0)
+    mean = td.sum(axis=1) / np.maximum(mask.sum(axis=1), 1)
+    return eta * td.max(axis=1) + (1.0 - eta) * mean
+
+
+class SequenceReplay:
+    """A FIFO table of `capacity` sequences of `seq_len` steps (see the module docstring)."""
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: Any,
+        action_shape: tuple[int, ...],
+        action_dtype: Any,
+        num_envs: int,
+        hidden_size: int,
+        seq_len: int = 80,
+        overlap: int = 40,
+        burn_in: int = 40,
+        prioritized: bool = True,
+        alpha: float = 0.9,
+        beta: float = 0.6,
+        beta_steps: int = 1_000_000,
+        seed: int = 0,
+        eps: float = 1e-6,
+    ) -> None:
+        obs_shape, action_shape = (
+            tuple(int(d) for d in obs_shape),
+            tuple(int(d) for d in action_shape),
+        )
+        if seq_len < 1:
+            raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+        if not 0 <= overlap < seq_len:
+            raise ValueError(f"overlap must be in [0, seq_len={seq_len}), got {overlap}")
+        if not 0 <= burn_in < seq_len:
+            raise ValueError(
+                f"burn_in ({burn_in}) must be >= 0 and smaller than seq_len ({seq_len}): "
+                "the learner needs steps after the burn-in to train on"
+            )
+        if num_envs < 1 or hidden_size < 1:
+            raise ValueError(
+                f"num_envs and hidden_size must be >= 1, got {num_envs}, {hidden_size}"
+            )
+        if capacity < num_envs:
+            raise ValueError(f"capacity ({capacity}) must be at least num_envs ({num_envs})")
+        check_priority_args(alpha, beta, beta_steps, eps)
+        self.config = {
+            "capacity": int(capacity), "obs_shape": obs_shape, "obs_dtype": np.dtype(obs_dtype).str,
+            "action_shape": action_shape, "action_dtype": np.dtype(action_dtype).str,
+            "num_envs": int(num_envs), "hidden_size": int(hidden_size), "seq_len": int(seq_len),
+            "overlap": int(overlap), "burn_in": int(burn_in), "prioritized": bool(prioritized),
+            "alpha": float(alpha), "beta": float(beta), "beta_steps": int(beta_steps),
+            "eps": float(eps),
+        }  # fmt: skip
+        self.capacity, self.num_envs, self.hidden_size = (
+            int(capacity),
+            int(num_envs),
+            int(hidden_size),
+        )
+        self.seq_len, self.stride, self.burn_in = int(seq_len), int(seq_len - overlap), int(burn_in)
+        self.obs_shape, self.obs_dtype = obs_shape, np.dtype(obs_dtype)
+        self.action_shape, self.action_dtype = action_shape, np.dtype(action_dtype)
+        self.rng = np.random.default_rng(seed)
+        n, c, L, H = self.num_envs, self.capacity, self.seq_len, self.hidden_size
+        self.stage = {  # the last L steps of each env
+            "obs": np.zeros((n, L, *obs_shape), dtype=self.obs_dtype),
+            "actions": np.zeros((n, L, *action_shape), dtype=self.action_dtype),
+            "rewards": np.zeros((n, L), dtype=np.float32),
+            "terminated": np.zeros((n, L), dtype=bool),
+            "h": np.zeros((n, L, H), dtype=np.float32),
+            "c": np.zeros((n, L, H), dtype=np.float32),
+            "steps": np.zeros(n, dtype=np.int64),  # steps ever pushed per env
+            "episode_start": np.zeros(n, dtype=np.int64),  # the step its episode began at
+            "covered": np.zeros(n, dtype=np.int64),  # the end of its last stored full sequence
+        }
+        self.table = {
+            "obs": np.zeros((c, L + 1, *obs_shape), dtype=self.obs_dtype),
+            "actions": np.zeros((c, L, *action_shape), dtype=self.action_dtype),
+            "rewards": np.zeros((c, L), dtype=np.float32),
+            "terminated": np.zeros((c, L), dtype=bool),
+            "mask": np.zeros((c, L), dtype=bool),
+            "h": np.zeros((c, H), dtype=np.float32),
+            "c": np.zeros((c, H), dtype=np.float32),
+        }
+        self.written = np.zeros((), dtype=np.int64)  # sequences ever stored
+        self.priorities = Priorities(c, alpha, beta, beta_steps, eps) if prioritized else None
+
+    def __len__(self) -> int:
+        return int(min(self.written, self.capacity))
+
+    def add(
+        self,
+        obs: Any,
+        actions: Any,
+        rewards: Any,
+        terminated: Any,
+        truncated: Any,
+        next_obs: Any,
+        hidden: tuple[Any, Any],
+    ) -> None:
+        """One env step of every env; `hidden` = (h, c) before the step (see the module doc)."""
+        n, L, st = self.num_envs, self.seq_len, self.stage
+        obs = check_obs("obs", obs, (n, *self.obs_shape), self.obs_dtype)
+        next_obs = check_obs("next_obs", next_obs, (n, *self.obs_shape), self.obs_dtype)
+        actions = as_batch("actions", actions, (n, *self.action_shape), self.action_dtype)
+        rewards = as_batch("rewards", rewards, (n,), np.dtype(np.float32))
+        terminated = check_flags("terminated", terminated, n)
+        truncated = check_flags("truncated", truncated, n)
+        if not isinstance(hidden, tuple | list) or len(hidden) != 2:
+            raise ValueError("hidden must be the pair (h, c)")
+        h = as_batch("hidden h", hidden[0], (n, self.hidden_size), np.dtype(np.float32))
+        c = as_batch("hidden c", hidden[1], (n, self.hidden_size), np.dtype(np.float32))
+
+        envs, ring = np.arange(n), st["steps"] % L
+        for name, value in (("obs", obs), ("actions", actions), ("rewards", rewards)):
+            st[name][envs, ring] = value
+        st["terminated"][envs, ring] = terminated
+        st["h"][envs, ring], st["c"][envs, ring] = h, c
+        st["steps"] += 1
+        done = terminated | truncated
+        t = st["steps"] - st["episode_start"]  # steps of the episode so far
+        full = (t >= L) & ((t - L) % self.stride == 0)
+        partial = done & ~full & (t > st["covered"])
+        # A full sequence ends here; else the earliest one still open when the episode ends.
+        start = np.where(full, t - L, -(-np.maximum(t - L + 1, 0) // self.stride) * self.stride)
+        st["covered"] = np.where(full, t, st["covered"])
+        emit = np.flatnonzero(full | partial)
+        if len(emit):
+            self._store(emit, start[emit], t[emit], next_obs[emit])
+        st["episode_start"][done] = st["steps"][done]
+        st["covered"][done] = 0
+
+    def _store(
+        self, envs: np.ndarray, start: np.ndarray, end: np.ndarray, last: np.ndarray
+    ) -> None:
+        """Store the steps [start, end) of each env's episode, `last` the obs after them."""
+        L, st, tab = self.seq_len, self.stage, self.table
+        length = end - start
+        steps = st["episode_start"][envs, None] + start[:, None] + np.arange(L)
+        ring = steps % L
+        valid = np.arange(L) < length[:, None]
+        slots = (self.written + np.arange(len(envs))) % self.capacity
+        for name in ("obs", "actions", "rewards", "terminated"):
+            value = st[name][envs[:, None], ring]
+            value[~valid] = 0
+            tab[name][slots, :L] = value
+        tab["obs"][slots, L] = 0
+        tab["obs"][slots, length] = last
+        tab["mask"][slots] = valid
+        tab["h"][slots] = st["h"][envs, ring[:, 0]]
+        tab["c"][slots] = st["c"][envs, ring[:, 0]]
+        self.written += len(envs)
+        if self.priorities is not None:
+            self.priorities.add(slots)
+
+    def sample(self, batch_size: int) -> SequenceBatch:
+        """`batch_size` sequences, with replacement: uniform or prioritized (stratified)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if batch_size > self.capacity:
+            raise ValueError(
+                f"batch_size {batch_size} is larger than the capacity {self.capacity}; "
+                "make the capacity larger"
+            )
+        if len(self) == 0:
+            raise ValueError("sample() from an empty sequence table: add() steps first")
+        if self.priorities is not None:
+            slots, weights = self.priorities.sample(batch_size, self.rng)
+        else:
+            slots = self.rng.integers(len(self), size=batch_size)
+            weights = np.ones(batch_size, dtype=np.float32)
+        return self._gather(slots, weights)
+
+    def get(self, indices: Any) -> SequenceBatch:
+        """The sequences in slots `indices` (weights 1); slots [0, len) hold sequences."""
+        slots = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if slots.size and (slots.min() < 0 or slots.max() >= len(self)):
+            raise IndexError(f"indices must be slots in [0, {len(self)})")
+        return self._gather(slots, np.ones(len(slots), dtype=np.float32))
+
+    def _gather(self, slots: np.ndarray, weights: np.ndarray) -> SequenceBatch:
+        tab = {name: take(value, slots) for name, value in self.table.items()}
+        return SequenceBatch(
+            obs=tab["obs"],
+            actions=tab["actions"],
+            rewards=tab["rewards"],
+            terminated=tab["terminated"],
+            mask=tab["mask"],
+            hidden=(tab["h"], tab["c"]),
+            weights=weights,
+            indices=slots,
+        )
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """New sequence priorities (e.g. `mixed_priority` of the |TD| errors): (p + eps)**alpha."""
+        if self.priorities is None:
+            raise ValueError("update_priorities() on a uniform table (prioritized=False)")
+        slots = np.asarray(indices)
+        if slots.dtype.kind not in "iu" or slots.ndim != 1:
+            raise ValueError(
+                f"indices must be a 1-d integer array, got {slots.dtype} {slots.shape}"
+            )
+        if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
+            raise IndexError(f"indices must be slots in [0, {self.capacity})")
+        self.priorities.update(slots, np.asarray(priorities).reshape(-1))
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every array (live views), without config and RNG (`save` adds those)."""
+        state = {f"table.{k}": v for k, v in self.table.items()}
+        state |= {f"stage.{k}": v for k, v in self.stage.items()}
+        state["written"] = self.written
+        if self.priorities is not None:
+            state |= {f"priorities.{k}": v for k, v in self.priorities.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        if "config" in state:
+            check_config("SequenceReplay", self.config, state["config"])
+        arrays = {k: v for k, v in self.state_dict().items() if not k.startswith("priorities.")}
+        load_into(arrays, state, "sequence table")
+        if self.priorities is not None:
+            prefix = "priorities."
+            self.priorities.load_state_dict(
+                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+            )
+        if "rng" in state:
+            set_rng_state(self.rng, state["rng"])
+
+    def save(self, path: Any) -> None:
+        """Write the whole table, its config and RNG state to one .npz file."""
+        save_npz(
+            path,
+            {**self.state_dict(), "config": config_array(self.config), "rng": rng_state(self.rng)},
+        )
+
+    def load(self, path: Any) -> None:
+        """Load a `save`d file into this table (built with the same arguments)."""
+        self.load_state_dict(load_npz(path))
