@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -85,3 +86,15 @@ def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message)
     assert code == 2
     assert message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_atari_q_network_has_layer_norm_after_every_layer() -> None:
+    from gymnasium import spaces
+
+    from onebox.nn.networks import QNetwork
+
+    net = QNetwork(spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6), layer_norm=True)
+    norms = [m.normalized_shape for m in net.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms == [(32, 20, 20), (64, 9, 9), (64, 7, 7), (512,)]  # CleanRL's pqn_atari
+    q = net(torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8))
+    assert q.shape == (2, 6)

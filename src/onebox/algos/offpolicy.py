@@ -150,7 +150,10 @@ def run_loop(
     global_step, updates, elapsed, env_seed = 0, 0, 0.0, config.seed
     if state is not None:
         agent.load_state_dict(state["agent"])
-        buffer.load_state_dict(state["replay"])
+        # The envs restart from fresh episodes: the steps still waiting for their n-step return
+        # (at most n - 1 per env) are dropped rather than joined to another episode's.
+        replay = state["replay"]
+        buffer.load_state_dict({**replay, "staging.count": np.zeros_like(replay["staging.count"])})
         global_step, updates, elapsed = state["global_step"], state["updates"], state["elapsed"]
         # The envs restart from fresh episodes, with seeds no earlier episode used.
         env_seed = config.seed + global_step
