@@ -113,15 +113,15 @@ class Config:
 def resolve(config: Config) -> Config:
     """Fill the preset and check every field; raise ValueError before any work starts."""
     config = resolve_env(config, PRESETS, QNetwork.check_spaces)
-    check_positive(config, "num_steps", "num_minibatches", "update_epochs", "max_grad_norm")
+    check_positive(config, "num_steps", "learning_rate", "num_minibatches", "update_epochs")
+    check_positive(config, "max_grad_norm")
     batch = config.num_envs * config.num_steps
     if batch % config.num_minibatches:
         raise ValueError(
             f"--num-minibatches {config.num_minibatches} does not divide the batch of "
             f"num_envs * num_steps = {batch} steps; pick a divisor"
         )
-    if config.sampler == "double" and (config.num_envs < 2 or config.num_envs % 2):
-        raise ValueError(f"--sampler double needs an even --num-envs >= 2, got {config.num_envs}")
+    onpolicy.check_sampler(config)
     if not 0 <= config.q_lambda <= 1:
         raise ValueError(f"--q-lambda must be in [0, 1], got {config.q_lambda}")
     return config
