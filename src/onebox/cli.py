@@ -1,7 +1,8 @@
 """The `onebox` command line.
 
     onebox envs                 list the envs
-    onebox train ppo|impala|appo   train an agent; `onebox train --resume RUN` continues a run
+    onebox train ALGO           train an agent (ppo, a2c, a3c, impala, appo, dqn, pqn, sac);
+                                `onebox train --resume RUN` continues a run
     onebox eval RUN             play a run's policy, optionally to a video
     onebox bench envs           env steps/s of onebox next to Gymnasium and EnvPool
     onebox bench train          PPO steps/s, sync and double-buffered
@@ -91,7 +92,8 @@ class EvalConfig:
 
 COMMANDS: dict[str, Command | Group] = {
     "train": Group(
-        "Train an agent: `ppo`, `impala`, `appo`; `onebox train --resume RUN` continues a run.",
+        "Train an agent: `ppo`, `a2c`, `a3c`, `impala`, `appo`, `dqn`, `pqn`, `sac`; `onebox train "
+        "--resume RUN` continues a run.",
         {
             "ppo": Command(
                 "PPO with CleanRL's defaults per env family.",
@@ -116,6 +118,21 @@ COMMANDS: dict[str, Command | Group] = {
             "a3c": Command(
                 "A3C: Hogwild worker processes (--actors N) updating one shared model.",
                 config="onebox.algos.a3c:Config",
+                run="onebox.algos.launch:train",
+            ),
+            "dqn": Command(
+                "DQN (double, dueling, n-step, prioritized options) with CleanRL's defaults.",
+                config="onebox.algos.dqn:Config",
+                run="onebox.algos.launch:train",
+            ),
+            "pqn": Command(
+                "PQN: parallel Q(lambda) with layer norm, no replay, no target network.",
+                config="onebox.algos.pqn:Config",
+                run="onebox.algos.launch:train",
+            ),
+            "sac": Command(
+                "SAC for continuous actions with CleanRL's defaults.",
+                config="onebox.algos.sac:Config",
                 run="onebox.algos.launch:train",
             ),
         },

@@ -145,3 +145,50 @@ def greedy_policy(
         return action.cpu().numpy()
 
     return policy
+
+
+SpaceCheck = Callable[[Any, Any], Any]
+"""(observation space, action space) -> raises ValueError when a learner cannot take them."""
+
+
+def resolve_env(config: Any, presets: dict[str, dict[str, Any]], check_spaces: SpaceCheck) -> Any:
+    """What every learner's config resolution starts with: check the env, its options and its
+    spaces (`check_spaces`), fill the env family's preset (or `config.preset`'s) into the fields
+    left None, pick thread counts, and check total_steps, num_envs, gamma and the device; raise
+    ValueError on bad input."""
+    env_kwargs = parse_env_options(config.env_options)
+    if onebox.envs.backend_of(config.env) is None:
+        onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
+    family, obs_space, act_space = probe_env(config.env, **env_kwargs)
+    check_spaces(obs_space, act_space)
+    family = config.preset if config.preset != "auto" else family
+    if family not in presets:
+        raise ValueError(
+            f"no {family!r} preset for this learner (it has {', '.join(presets)}); pick one with "
+            "--preset"
+        )
+    config = fill_preset(config, presets[family])
+    if config.preset == "auto":
+        config = dataclasses.replace(config, preset=family)
+    if config.num_threads is None:
+        config = dataclasses.replace(config, num_threads=onebox.envs.physical_cores())
+    if config.torch_threads is None:
+        threads = onebox.envs.physical_cores() if family == "atari" else 1
+        config = dataclasses.replace(config, torch_threads=threads)
+    check_positive(config, "total_steps", "num_envs", "torch_threads")
+    if not 0 <= config.gamma <= 1:
+        raise ValueError(f"--gamma must be in [0, 1], got {config.gamma}")
+    resolve_device(config.device)
+    return config
+
+
+def greedy_q_policy(
+    q: Callable[[torch.Tensor], torch.Tensor], device: torch.device | str
+) -> Policy:
+    """A trained Q-network as `onebox eval` plays it: the action of highest Q."""
+
+    @torch.no_grad()
+    def policy(obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        return q(torch.as_tensor(obs, device=device)).argmax(-1).cpu().numpy()
+
+    return policy

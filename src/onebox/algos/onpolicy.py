@@ -23,12 +23,11 @@ from onebox.algos.common import (
     Policy,
     check_lstm,
     check_positive,
-    fill_preset,
     greedy_policy,
     open_run,
     parse_env_options,
-    probe_env,
     resolve_device,
+    resolve_env,
     seed_everything,
 )
 from onebox.nn.networks import ActorCritic
@@ -66,29 +65,20 @@ def resolve_common(config: Any, presets: dict[str, dict[str, Any]]) -> Any:
     """Check the env and its options, fill the env family's preset (or `config.preset`'s) into
     the fields left None, pick thread counts, and check the fields every on-policy learner has
     (sizes, learning rate, sampler, gamma, gae_lambda, device); raise ValueError on bad input."""
-    env_kwargs = parse_env_options(config.env_options)
-    if onebox.envs.backend_of(config.env) is None:
-        onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
-    family, obs_space, act_space = probe_env(config.env, **env_kwargs)
-    ActorCritic.check_spaces(obs_space, act_space)
-    family = config.preset if config.preset != "auto" else family
-    config = fill_preset(config, presets[family])
-    if config.preset == "auto":
-        config = dataclasses.replace(config, preset=family)
-    if config.num_threads is None:
-        config = dataclasses.replace(config, num_threads=onebox.envs.physical_cores())
-    if config.torch_threads is None:
-        threads = onebox.envs.physical_cores() if family == "atari" else 1
-        config = dataclasses.replace(config, torch_threads=threads)
-    check_positive(config, "total_steps", "num_envs", "num_steps", "learning_rate")
-    check_positive(config, "torch_threads")
+    config = resolve_env(config, presets, ActorCritic.check_spaces)
+    check_positive(config, "num_steps", "learning_rate")
     check_lstm(config.lstm)
+    check_sampler(config)
+    if not 0 <= config.gae_lambda <= 1:
+        raise ValueError(f"--gae-lambda must be in [0, 1], got {config.gae_lambda}")
+    return config
+
+
+def check_sampler(config: Any) -> None:
+    """Raise ValueError unless `config.sampler` can drive `config.num_envs` envs (double
+    buffering needs an even number)."""
     if config.sampler == "double" and (config.num_envs < 2 or config.num_envs % 2):
         raise ValueError(f"--sampler double needs an even --num-envs >= 2, got {config.num_envs}")
-    if not 0 <= config.gamma <= 1 or not 0 <= config.gae_lambda <= 1:
-        raise ValueError("--gamma and --gae-lambda must be in [0, 1]")
-    resolve_device(config.device)
-    return config
 
 
 MakeOptimizer = Callable[[Any], torch.optim.Optimizer]

@@ -1,4 +1,5 @@
-"""Actor-critic networks: Nature CNN for images, tanh MLP for vectors, CleanRL's initialization.
+"""Networks: Nature CNN for images, MLP for vectors, CleanRL's initialization; the actor-critic of
+the policy-gradient learners, the Q-networks of DQN and PQN, SAC's actor and critic.
 
 `ActorCritic` takes observations as the env pool returns them (uint8 images are scaled by 1/255
 inside the network, so rollouts keep them as uint8) and gives a categorical policy for `Discrete`
@@ -35,25 +36,26 @@ def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -
 
 
 class NatureCNN(nn.Module):
-    """DQN's Nature conv stack (32x8x8/4, 64x4x4/2, 64x3x3/1) and a 512-unit layer, ReLU."""
+    """DQN's Nature conv stack (32x8x8/4, 64x4x4/2, 64x3x3/1) and a 512-unit layer, ReLU; with
+    `layer_norm` each layer's output is layer-normalized before its ReLU (PQN's network)."""
 
-    def __init__(self, obs_shape: tuple[int, ...], hidden: int = 512) -> None:
+    def __init__(
+        self, obs_shape: tuple[int, ...], hidden: int = 512, layer_norm: bool = False
+    ) -> None:
         super().__init__()
         if len(obs_shape) != 3:
             raise ValueError(f"NatureCNN takes (channels, height, width) images, got {obs_shape}")
-        c, h, w = obs_shape
-        self.convs = nn.Sequential(
-            layer_init(nn.Conv2d(c, 32, 8, stride=4)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-            nn.ReLU(),
-            nn.Flatten(),
-        )
-        with torch.no_grad():
-            flat = self.convs(torch.zeros(1, c, h, w)).shape[1]
-        self.fc = nn.Sequential(layer_init(nn.Linear(flat, hidden)), nn.ReLU())
+        shape = tuple(obs_shape)
+        layers: list[nn.Module] = []
+        for channels, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            layers.append(layer_init(nn.Conv2d(shape[0], channels, kernel, stride=stride)))
+            shape = (channels, *((size - kernel) // stride + 1 for size in shape[1:]))
+            layers += [nn.LayerNorm(list(shape))] if layer_norm else []
+            layers.append(nn.ReLU())
+        self.convs = nn.Sequential(*layers, nn.Flatten())
+        flat = int(np.prod(shape))
+        norm = [nn.LayerNorm(hidden)] if layer_norm else []
+        self.fc = nn.Sequential(layer_init(nn.Linear(flat, hidden)), *norm, nn.ReLU())
         self.out_features = hidden
         # Channels-last convolutions: 1.46x faster forward+backward on CPU (oneDNN) here.
         self.convs.to(memory_format=torch.channels_last)
@@ -63,13 +65,22 @@ class NatureCNN(nn.Module):
 
 
 class MLP(nn.Module):
-    """Fully connected layers with tanh activations."""
+    """Fully connected layers with tanh activations (or `activation`); with `layer_norm` each
+    layer's output is layer-normalized before its activation (PQN's network)."""
 
-    def __init__(self, in_features: int, hidden: tuple[int, ...] = (64, 64)) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        hidden: tuple[int, ...] = (64, 64),
+        activation: type[nn.Module] = nn.Tanh,
+        layer_norm: bool = False,
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         for width in hidden:
-            layers += [layer_init(nn.Linear(in_features, width)), nn.Tanh()]
+            layers.append(layer_init(nn.Linear(in_features, width)))
+            layers += [nn.LayerNorm(width)] if layer_norm else []
+            layers.append(activation())
             in_features = width
         self.net = nn.Sequential(*layers)
         self.out_features = in_features
@@ -262,3 +273,178 @@ class ActorCritic(nn.Module):
         value)."""
         d, value = self.dist(obs)
         return (*self._pick(d, deterministic), value)
+
+
+class QNetwork(nn.Module):
+    """Q-values of every action for `Discrete` actions: a trunk (the Nature CNN for images, a ReLU
+    MLP for vectors), optionally with layer norm (PQN), and a linear head; with `dueling` the head
+    is a value and an advantage stream, Q = V + A - mean(A) (Wang et al. 2016)."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        hidden: tuple[int, ...] = (120, 84),
+        dueling: bool = False,
+        layer_norm: bool = False,
+    ) -> None:
+        super().__init__()
+        self.check_spaces(observation_space, action_space)
+        self.image = is_image(observation_space)
+        self.num_actions = int(action_space.n)
+        if self.image:
+            cnn = NatureCNN(tuple(observation_space.shape), layer_norm=layer_norm)
+            self.trunk: nn.Module = cnn
+            features = cnn.out_features
+        else:
+            obs_dim = int(np.prod(observation_space.shape))
+            mlp = MLP(obs_dim, hidden, activation=nn.ReLU, layer_norm=layer_norm)
+            self.trunk = nn.Sequential(nn.Flatten(), mlp)
+            features = mlp.out_features
+        self.head = layer_init(nn.Linear(features, self.num_actions))
+        """Q-values, or with `dueling` the advantages."""
+        self.value_head = layer_init(nn.Linear(features, 1)) if dueling else None
+
+    @staticmethod
+    def check_spaces(observation_space: spaces.Space, action_space: spaces.Space) -> None:
+        """Raise ValueError unless observations are a Box and actions Discrete."""
+        if not isinstance(observation_space, spaces.Box):
+            raise ValueError(f"QNetwork needs a Box observation space, got {observation_space}")
+        if not isinstance(action_space, spaces.Discrete):
+            raise ValueError(
+                f"Q-learning needs Discrete actions, got {action_space}; for continuous actions "
+                "train sac or ppo"
+            )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q(obs, .), shape (batch, actions)."""
+        x = obs.float() * (1.0 / 255.0) if self.image else obs.float()
+        x = self.trunk(x)
+        if self.value_head is None:
+            return self.head(x)
+        return dueling_q(self.value_head(x), self.head(x))
+
+
+def dueling_q(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """The dueling aggregation: Q(s, a) = V(s) + A(s, a) - mean over a of A(s, a)."""
+    return value + advantage - advantage.mean(-1, keepdim=True)
+
+
+def linear_schedule(start: float, end: float, duration: float, step: int) -> float:
+    """`start` moving linearly to `end` over `duration` steps, then `end`."""
+    if duration <= 0:
+        return end
+    return start + (end - start) * min(1.0, step / duration)
+
+
+class EpsilonGreedy(nn.Module):
+    """A `QNetwork` acting epsilon-greedily, epsilon falling linearly from `start_e` to `end_e` over
+    `duration` env steps. It counts the steps it acts (the `steps` buffer, saved with its state),
+    and has the sampler's policy interface: `act` gives (action, 0, max_a Q), `value` max_a Q."""
+
+    recurrent = False
+
+    def __init__(self, q: QNetwork, start_e: float, end_e: float, duration: float) -> None:
+        super().__init__()
+        self.q = q
+        self.start_e, self.end_e, self.duration = start_e, end_e, duration
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    @property
+    def epsilon(self) -> float:
+        """Epsilon at the current step."""
+        return linear_schedule(self.start_e, self.end_e, self.duration, int(self.steps))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q = self.q(obs)
+        value, greedy = q.max(-1)
+        n = len(obs)
+        explore = torch.rand(n, device=q.device) < self.epsilon
+        random = torch.randint(0, self.q.num_actions, (n,), device=q.device)
+        self.steps += n
+        return torch.where(explore, random, greedy), torch.zeros_like(value), value
+
+    @torch.no_grad()
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q(obs).max(-1).values
+
+
+class SquashedGaussianActor(nn.Module):
+    """SAC's policy for 1-D `Box` actions: a ReLU MLP gives the mean and log std of a Gaussian
+    (log std squashed into [-5, 2]); a sample is squashed by tanh and rescaled to the action
+    bounds, and its log-probability corrected for both (Haarnoja et al. 2018, appendix C)."""
+
+    LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        hidden: tuple[int, ...] = (256, 256),
+    ) -> None:
+        super().__init__()
+        low, high = check_bounded_actions(action_space)
+        obs_dim, act_dim = int(np.prod(observation_space.shape)), len(low)
+        self.trunk = MLP(obs_dim, hidden, activation=nn.ReLU)
+        self.mean = nn.Linear(self.trunk.out_features, act_dim)
+        self.log_std = nn.Linear(self.trunk.out_features, act_dim)
+        self.register_buffer("scale", torch.as_tensor((high - low) / 2.0, dtype=torch.float32))
+        self.register_buffer("bias", torch.as_tensor((high + low) / 2.0, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and log std of the Gaussian before squashing."""
+        x = self.trunk(obs.float().flatten(1))
+        log_std = torch.tanh(self.log_std(x))
+        span = self.LOG_STD_MAX - self.LOG_STD_MIN
+        return self.mean(x), self.LOG_STD_MIN + 0.5 * span * (log_std + 1)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action sampled with the reparameterization trick, its log-probability (batch,), the
+        deterministic action tanh(mean)), actions within the bounds."""
+        mean, log_std = self(obs)
+        normal = Normal(mean, log_std.exp(), validate_args=False)
+        u = normal.rsample()
+        y = torch.tanh(u)
+        log_prob = normal.log_prob(u) - torch.log(self.scale * (1 - y.pow(2)) + 1e-6)
+        return (
+            y * self.scale + self.bias,
+            log_prob.sum(-1),
+            torch.tanh(mean) * self.scale + self.bias,
+        )
+
+
+class ContinuousQ(nn.Module):
+    """Q(s, a) for 1-D `Box` actions: a ReLU MLP on the observation and action concatenated."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        hidden: tuple[int, ...] = (256, 256),
+    ) -> None:
+        super().__init__()
+        obs_dim = int(np.prod(observation_space.shape))
+        act_dim = int(np.prod(action_space.shape))
+        self.trunk = MLP(obs_dim + act_dim, hidden, activation=nn.ReLU)
+        self.head = nn.Linear(self.trunk.out_features, 1)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Q(obs, action), shape (batch,)."""
+        x = torch.cat([obs.float().flatten(1), action.float()], 1)
+        return self.head(self.trunk(x)).squeeze(-1)
+
+
+def check_bounded_actions(action_space: spaces.Space) -> tuple[np.ndarray, np.ndarray]:
+    """The (low, high) bounds of a 1-D `Box` action space with finite bounds; ValueError else."""
+    if not isinstance(action_space, spaces.Box) or len(action_space.shape) != 1:
+        raise ValueError(
+            f"SAC needs continuous (1-D Box) actions, got {action_space}; for Discrete actions "
+            "train dqn, pqn or ppo"
+        )
+    low, high = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise ValueError(
+            f"SAC rescales actions to their bounds, which must be finite: {action_space}"
+        )
+    return low, high

@@ -1,0 +1,242 @@
+"""DQN (Mnih et al. 2015) with CleanRL's defaults, on onebox's env pools and replay buffer.
+
+    onebox train dqn --env CartPole-v1
+    onebox train dqn --env Pong-v5 --double --dueling --n-step 3 --prioritized
+
+Each env step acts epsilon-greedily on the Q-network (epsilon falling linearly from `start_e` to
+`end_e` over the first `exploration_fraction` of the run) and adds the transition to the replay
+buffer (`onebox.algos.offpolicy` runs the loop). After `learning_starts` steps, every
+`train_frequency` steps one batch regresses Q(s, a) on the target
+
+    y = R + d * Q_target(s', a'),  a' = argmax_a Q_target(s', a)  (double DQN: argmax_a Q(s', a))
+
+where R is the buffer's n-step discounted return and d its discount (gamma^n, 0 if the episode
+terminated within the n steps; a truncated one bootstraps from its final observation). The
+target network is copied every `target_network_frequency` steps (`tau` 1) or moved towards the
+Q-network by Polyak averaging (`tau` < 1). With `--prioritized`, batches are drawn by TD error
+and the loss is weighted by the buffer's importance weights. `--dueling` gives the Q-network a
+value and an advantage stream.
+
+Presets equal CleanRL's scripts: `classic` (dqn.py: a 120-84 ReLU MLP, 10k buffer, batch 128) and
+`atari` (dqn_atari.py: the Nature CNN, 1M buffer of single frames, batch 32). Any field given on
+the command line wins over the preset.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from onebox import run
+from onebox.algos import offpolicy
+from onebox.algos.common import check_positive, greedy_q_policy, resolve_env
+from onebox.nn.networks import EpsilonGreedy, QNetwork
+from onebox.replay import ReplayBatch
+from onebox.run import load_config
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "classic": dict(total_steps=500_000, learning_rate=2.5e-4, buffer_size=10_000,
+                    target_network_frequency=500, batch_size=128, end_e=0.05,
+                    exploration_fraction=0.5, learning_starts=10_000, train_frequency=10),
+    "atari": dict(total_steps=10_000_000, learning_rate=1e-4, buffer_size=1_000_000,
+                  target_network_frequency=1000, batch_size=32, end_e=0.01,
+                  exploration_fraction=0.1, learning_starts=80_000, train_frequency=4),
+}  # fmt: skip
+"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here."""
+
+
+@dataclasses.dataclass
+class Config:
+    """Train an agent with DQN. Fields left unset come from the env family's preset."""
+
+    env: str = "CartPole-v1"
+    """Env id (`onebox envs` lists them); its actions must be Discrete."""
+    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
+    preset: Literal["auto", "classic", "atari"] = "auto"
+    """Hyperparameter preset: `auto` picks by env (Atari or classic)."""
+    total_steps: int | None = None
+    """Env steps to train for (preset: 500k classic, 10M Atari)."""
+    num_envs: int = 1
+    """Envs stepped in parallel (each vector step adds num_envs transitions)."""
+    learning_rate: float | None = None
+    """Adam learning rate (preset: 2.5e-4 classic, 1e-4 Atari)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    buffer_size: int | None = None
+    """Replay buffer capacity in transitions (preset: 10k classic, 1M Atari)."""
+    batch_size: int | None = None
+    """Transitions per update (preset: 128 classic, 32 Atari)."""
+    learning_starts: int | None = None
+    """Env steps before the first update (preset: 10k classic, 80k Atari)."""
+    train_frequency: int | None = None
+    """Env steps between updates (preset: 10 classic, 4 Atari)."""
+    target_network_frequency: int | None = None
+    """Env steps between target network updates (preset: 500 classic, 1000 Atari)."""
+    tau: float = 1.0
+    """Target update rate: 1 copies the Q-network, below 1 is Polyak averaging."""
+    start_e: float = 1.0
+    """Exploration epsilon at the start."""
+    end_e: float | None = None
+    """Exploration epsilon at the end of the schedule (preset: 0.05 classic, 0.01 Atari)."""
+    exploration_fraction: float | None = None
+    """Fraction of total_steps over which epsilon falls from start_e to end_e (preset: 0.5
+    classic, 0.1 Atari)."""
+    double: bool = False
+    """Double DQN: the Q-network picks the next action, the target network values it."""
+    dueling: bool = False
+    """Dueling Q-network: Q = V + A - mean(A)."""
+    n_step: int = 1
+    """Steps of the discounted returns in the targets."""
+    prioritized: bool = False
+    """Prioritized replay (proportional, by TD error), with importance-sampling weights."""
+    priority_alpha: float = 0.6
+    """Prioritized replay: how much priorities shape sampling (0: uniform)."""
+    priority_beta: float = 0.4
+    """Prioritized replay: initial importance-sampling exponent, annealed to 1 over the run."""
+    max_grad_norm: float | None = None
+    """Gradient norm clip (None: no clipping, as CleanRL)."""
+    hidden: tuple[int, ...] = (120, 84)
+    """Hidden layer widths of the MLP Q-network (vector observations)."""
+    num_threads: int | None = None
+    """Env pool threads (default: physical cores)."""
+    torch_threads: int | None = None
+    """CPU threads for torch (default: 1 for MLPs, the physical cores for CNNs)."""
+    seed: int = 1
+    """Seed of the env pool, the network initialization, exploration and replay sampling."""
+    device: str = "auto"
+    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, `cuda:1`, ..."""
+    torch_deterministic: bool = True
+    """Deterministic cuDNN kernels."""
+    runs_dir: str = "runs"
+    """Where run folders are created."""
+    name: str | None = None
+    """Run folder name (default: env__dqn__seed__time)."""
+    checkpoint_minutes: float = 10.0
+    """Save a checkpoint (with the replay buffer) this often, and always at the end or on Ctrl-C;
+    0 = only at the end."""
+    progress: bool | None = None
+    """Show a progress bar (default: when stderr is a terminal)."""
+    track: bool = False
+    """Also log to Weights & Biases."""
+    wandb_project: str = "onebox"
+    """Weights & Biases project for `--track`."""
+
+
+def resolve(config: Config) -> Config:
+    """Fill the preset and check every field; raise ValueError before any work starts."""
+    config = resolve_env(config, PRESETS, QNetwork.check_spaces)
+    check_positive(config, "learning_rate", "target_network_frequency")
+    offpolicy.check_replay(config)
+    if not 0 < config.tau <= 1:
+        raise ValueError(f"--tau must be in (0, 1], got {config.tau}")
+    if config.max_grad_norm is not None:
+        check_positive(config, "max_grad_norm")
+    return config
+
+
+# ---- the loss -----------------------------------------------------------------------------------
+
+
+def td_target(
+    returns: torch.Tensor,
+    discounts: torch.Tensor,
+    next_q_target: torch.Tensor,
+    next_q_online: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """y = returns + discounts * Q_target(s', a'), with a' the argmax of `next_q_online` (double
+    DQN) or of `next_q_target` (DQN). Q-values are (batch, actions)."""
+    choose = next_q_target if next_q_online is None else next_q_online
+    best = choose.argmax(-1, keepdim=True)
+    return returns + discounts * next_q_target.gather(-1, best).squeeze(-1)
+
+
+class Agent:
+    """Q-network, target network and optimizer: what a checkpoint restores."""
+
+    def __init__(self, config: Config, envs: Any, device: torch.device) -> None:
+        assert config.total_steps is not None and config.exploration_fraction is not None
+        self.config, self.device = config, device
+        q = QNetwork(envs.single_observation_space, envs.single_action_space, config.hidden,
+                     dueling=config.dueling)  # fmt: skip
+        duration = config.exploration_fraction * config.total_steps
+        self.policy = EpsilonGreedy(q, config.start_e, config.end_e, duration).to(device)
+        self.q = self.policy.q
+        self.target = copy.deepcopy(self.q).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=config.learning_rate)
+        self.target_step = 0
+        """The env step of the last target network update."""
+
+    def act(self, obs: np.ndarray, step: int) -> np.ndarray:
+        action, _, _ = self.policy.act(torch.as_tensor(obs, device=self.device))
+        return action.cpu().numpy()
+
+    def update(self, batch: ReplayBatch, step: int) -> tuple[dict[str, float], torch.Tensor | None]:
+        c = self.config
+        obs, next_obs = self._tensor(batch.obs), self._tensor(batch.next_obs)
+        returns, discounts = self._tensor(batch.returns), self._tensor(batch.discounts)
+        with torch.no_grad():
+            next_online = self.q(next_obs) if c.double else None
+            y = td_target(returns, discounts, self.target(next_obs), next_online)
+        actions = self._tensor(batch.actions).long()
+        q_taken = self.q(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
+        td = q_taken - y
+        loss = (self._tensor(batch.weights) * td.pow(2)).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        if c.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.q.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        assert c.target_network_frequency is not None
+        if step // c.target_network_frequency > self.target_step // c.target_network_frequency:
+            if c.tau == 1:
+                self.target.load_state_dict(self.q.state_dict())
+            else:
+                for target, online in zip(
+                    self.target.parameters(), self.q.parameters(), strict=True
+                ):
+                    target.lerp_(online.detach(), c.tau)
+            self.target_step = step
+        stats = {"losses/td_loss": loss.item(), "losses/q_values": q_taken.mean().item(),
+                 "charts/epsilon": self.policy.epsilon}  # fmt: skip
+        return stats, td.detach().abs() if c.prioritized else None
+
+    def _tensor(self, x: Any) -> torch.Tensor:
+        return torch.as_tensor(x, device=self.device)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "target": self.target.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "target_step": self.target_step}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.target_step = state["target_step"]
+
+
+# ---- the run ------------------------------------------------------------------------------------
+
+
+def train(config: Config, resume: Path | None = None) -> Path:
+    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
+    return offpolicy.run_loop(config, "dqn", resume, resolve=resolve, make_agent=Agent)
+
+
+def resume(run_dir: Path) -> Path:
+    """Continue the run in `run_dir` from its last checkpoint."""
+    return train(load_config(run_dir, Config), resume=run_dir)
+
+
+def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
+    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
+    with offpolicy.make_envs(config, num_envs=1) as probe:
+        agent = Agent(config, probe, torch.device(device))
+    agent.load_state_dict(run.load_checkpoint(run_dir)["agent"])
+    return greedy_q_policy(agent.q.eval(), device)

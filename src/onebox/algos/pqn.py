@@ -1,0 +1,220 @@
+"""PQN, parallel Q-learning (Gallici et al. 2024), with CleanRL's settings, on onebox's sampler.
+
+    onebox train pqn --env CartPole-v1
+    onebox train pqn --env Pong-v5
+
+Many envs replace the replay buffer and layer norm replaces the target network: one iteration
+collects `num_steps` steps from each of `num_envs` envs with an epsilon-greedy policy on the
+Q-network (`onebox.nn.networks.EpsilonGreedy`, epsilon falling linearly over the first
+`exploration_fraction` of the run), computes Q(lambda) returns from the max-Q values seen while
+acting, and runs `update_epochs` epochs of minibatch regression of Q(s, a) on them (RAdam, gradient
+norm clipping, the learning rate annealed linearly to zero).
+
+A truncated episode (a time limit) bootstraps from max_a Q of its final observation, which the
+sampler adds to the last reward; a terminated one does not bootstrap.
+
+Presets equal CleanRL's scripts: `classic` (pqn.py: 4 envs, a 120-84 ReLU MLP with layer norm)
+and `atari` (pqn_atari_envpool.py: 8 envs, the Nature CNN with layer norm, epsilon to 0.01 over
+the first 10%). Any field given on the command line wins over the preset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from onebox import run
+from onebox.algos import onpolicy
+from onebox.algos.common import check_positive, greedy_q_policy, resolve_env
+from onebox.algos.onpolicy import Agent, run_loop
+from onebox.nn.networks import EpsilonGreedy, QNetwork
+from onebox.run import load_config
+from onebox.sampling import Rollout
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "classic": dict(total_steps=500_000, num_envs=4, num_steps=128, learning_rate=2.5e-4,
+                    num_minibatches=4, update_epochs=4, end_e=0.05, exploration_fraction=0.5),
+    "atari": dict(total_steps=10_000_000, num_envs=8, num_steps=128, learning_rate=2.5e-4,
+                  num_minibatches=4, update_epochs=4, end_e=0.01, exploration_fraction=0.1),
+}  # fmt: skip
+"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here."""
+
+
+@dataclasses.dataclass
+class Config:
+    """Train an agent with PQN. Fields left unset come from the env family's preset."""
+
+    env: str = "CartPole-v1"
+    """Env id (`onebox envs` lists them); its actions must be Discrete."""
+    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
+    preset: Literal["auto", "classic", "atari"] = "auto"
+    """Hyperparameter preset: `auto` picks by env (Atari or classic)."""
+    total_steps: int | None = None
+    """Env steps to train for (preset: 500k classic, 10M Atari)."""
+    num_envs: int | None = None
+    """Envs stepped in parallel (preset: 4 classic, 8 Atari)."""
+    num_steps: int | None = None
+    """Steps per env in each rollout (preset: 128)."""
+    learning_rate: float | None = None
+    """RAdam learning rate (preset: 2.5e-4)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the run."""
+    gamma: float = 0.99
+    """Discount factor."""
+    q_lambda: float = 0.65
+    """Lambda of the Q(lambda) returns (0: one-step Q-learning targets, 1: Monte Carlo)."""
+    num_minibatches: int | None = None
+    """Minibatches per epoch (preset: 4); must divide num_envs * num_steps."""
+    update_epochs: int | None = None
+    """Epochs over each rollout (preset: 4)."""
+    start_e: float = 1.0
+    """Exploration epsilon at the start."""
+    end_e: float | None = None
+    """Exploration epsilon at the end of the schedule (preset: 0.05 classic, 0.01 Atari)."""
+    exploration_fraction: float | None = None
+    """Fraction of total_steps over which epsilon falls from start_e to end_e (preset: 0.5
+    classic, 0.1 Atari)."""
+    max_grad_norm: float = 10.0
+    """Gradient norm clip."""
+    hidden: tuple[int, ...] = (120, 84)
+    """Hidden layer widths of the MLP Q-network (vector observations)."""
+    sampler: Literal["sync", "double"] = "sync"
+    """`sync` steps all envs then infers; `double` overlaps two halves (needs even num_envs)."""
+    num_threads: int | None = None
+    """Env pool threads (default: physical cores)."""
+    torch_threads: int | None = None
+    """CPU threads for torch (default: 1 for MLPs, the physical cores for CNNs)."""
+    seed: int = 1
+    """Seed of the env pool, the network initialization and the sampling."""
+    device: str = "auto"
+    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, `cuda:1`, ..."""
+    torch_deterministic: bool = True
+    """Deterministic cuDNN kernels."""
+    runs_dir: str = "runs"
+    """Where run folders are created."""
+    name: str | None = None
+    """Run folder name (default: env__pqn__seed__time)."""
+    checkpoint_minutes: float = 10.0
+    """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
+    progress: bool | None = None
+    """Show a progress bar (default: when stderr is a terminal)."""
+    track: bool = False
+    """Also log to Weights & Biases."""
+    wandb_project: str = "onebox"
+    """Weights & Biases project for `--track`."""
+
+
+def resolve(config: Config) -> Config:
+    """Fill the preset and check every field; raise ValueError before any work starts."""
+    config = resolve_env(config, PRESETS, QNetwork.check_spaces)
+    check_positive(config, "num_steps", "learning_rate", "num_minibatches", "update_epochs")
+    check_positive(config, "max_grad_norm")
+    batch = config.num_envs * config.num_steps
+    if batch % config.num_minibatches:
+        raise ValueError(
+            f"--num-minibatches {config.num_minibatches} does not divide the batch of "
+            f"num_envs * num_steps = {batch} steps; pick a divisor"
+        )
+    onpolicy.check_sampler(config)
+    if not 0 <= config.q_lambda <= 1:
+        raise ValueError(f"--q-lambda must be in [0, 1], got {config.q_lambda}")
+    return config
+
+
+# ---- the agent ----------------------------------------------------------------------------------
+
+
+def make_agent(config: Config, envs: Any, device: torch.device) -> Agent:
+    """The epsilon-greedy layer-norm Q-network and RAdam (CleanRL's optimizer for PQN)."""
+    assert config.total_steps is not None and config.exploration_fraction is not None
+    q = QNetwork(envs.single_observation_space, envs.single_action_space, config.hidden,
+                 layer_norm=True)  # fmt: skip
+    duration = config.exploration_fraction * config.total_steps
+    net = EpsilonGreedy(q, config.start_e, config.end_e, duration).to(device)
+    optimizer = torch.optim.RAdam(net.parameters(), lr=config.learning_rate)
+    return Agent(net, optimizer, None, None)  # type: ignore[arg-type]
+
+
+# ---- the update ---------------------------------------------------------------------------------
+
+
+def q_lambda_returns(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    ends: torch.Tensor,
+    next_value: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """Peng's Q(lambda) returns, (T, N), from rewards, max-Q values `values[t] = max_a Q(s_t, a)`,
+    episode ends and max_a Q of the observation after the last step:
+
+    G_t = r_t + gamma * (1 - end_t) * (lam * G_{t+1} + (1 - lam) * values[t+1]),
+    with G_{T-1} = r_{T-1} + gamma * (1 - end_{T-1}) * next_value.
+    """
+    returns = torch.zeros_like(rewards)
+    boot = next_value
+    keep = 1.0 - ends.float()
+    for t in reversed(range(rewards.shape[0])):
+        returns[t] = rewards[t] + gamma * keep[t] * boot
+        boot = lam * returns[t] + (1 - lam) * values[t]
+    return returns
+
+
+def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
+    """PQN epochs over one rollout; returns the loss and diagnostics to log."""
+    net, optimizer = agent.net, agent.optimizer
+    assert isinstance(net, EpsilonGreedy)
+    assert config.num_minibatches is not None and config.update_epochs is not None
+    returns = q_lambda_returns(rollout.rewards, rollout.values, rollout.ends, rollout.next_value,
+                               config.gamma, config.q_lambda).flatten()  # fmt: skip
+    obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten()
+    batch = len(returns)
+    size = batch // config.num_minibatches
+    loss = q_taken = torch.zeros(())
+    for _ in range(config.update_epochs):
+        order = torch.randperm(batch, device=returns.device)
+        for start in range(0, batch, size):
+            mb = order[start : start + size]
+            q_taken = net.q(obs[mb]).gather(1, actions[mb].unsqueeze(1)).squeeze(1)
+            loss = F.mse_loss(q_taken, returns[mb])
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(net.parameters(), config.max_grad_norm)
+            optimizer.step()
+    return {
+        "losses/td_loss": loss.item(),
+        "losses/q_values": q_taken.mean().item(),
+        "charts/epsilon": net.epsilon,
+    }
+
+
+# ---- the run ------------------------------------------------------------------------------------
+
+
+def train(config: Config, resume: Path | None = None) -> Path:
+    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
+    return run_loop(config, "pqn", resume, resolve=resolve, make_agent=make_agent, update=update)
+
+
+def resume(run_dir: Path) -> Path:
+    """Continue the run in `run_dir` from its last checkpoint."""
+    return train(load_config(run_dir, Config), resume=run_dir)
+
+
+# ---- eval ---------------------------------------------------------------------------------------
+
+
+def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
+    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
+    with onpolicy.make_envs(config, num_envs=1) as probe:
+        agent = make_agent(config, probe, torch.device(device))
+    agent.load_state_dict(run.load_checkpoint(run_dir)["agent"])
+    assert isinstance(agent.net, EpsilonGreedy)
+    return greedy_q_policy(agent.net.q.eval(), device)

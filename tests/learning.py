@@ -1,0 +1,52 @@
+"""Helpers for the learners' end-to-end tests: reading a run's metrics, and a run killed by
+SIGKILL after its first checkpoint, then resumed."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from onebox import cli, run
+
+
+def metric(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of every row of `tag` in the run's metrics.csv."""
+    with open(run_dir / "metrics.csv") as f:
+        return [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f) if r["tag"] == tag]
+
+
+def last_mean(run_dir: Path, n: int = 20) -> float:
+    """Mean return of the run's last `n` episodes."""
+    returns = [v for _, v in metric(run_dir, "charts/episodic_return")]
+    assert len(returns) >= n, f"only {len(returns)} episodes"
+    return float(np.mean(returns[-n:]))
+
+
+def kill_and_resume(tmp_path: Path, *args: str) -> tuple[Path, int]:
+    """Start `onebox train *args` in a subprocess with a checkpoint every ~0.1 s, SIGKILL it once
+    a checkpoint exists, check the checkpoint is mid-run, then resume it in this process. Returns
+    the run folder and the step of the checkpoint it resumed from."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "onebox", *args, "--runs-dir", str(tmp_path), "--name", "run",
+         "--checkpoint-minutes", "0.002"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoint.pt").exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.kill()  # SIGKILL: no chance to save
+    proc.wait()
+    config_before = (run_dir / "config.json").read_text()
+    saved_step = run.load_checkpoint(run_dir)["global_step"]
+    assert cli.main(["train", "--resume", str(run_dir)]) == 0
+    assert (run_dir / "config.json").read_text() == config_before
+    return run_dir, saved_step
