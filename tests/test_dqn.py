@@ -87,8 +87,10 @@ def test_default_preset_solves_cartpole(tmp_path: Path) -> None:
 def test_killed_run_resumes_its_counters_and_config_and_evaluates(tmp_path: Path, capsys) -> None:
     run_dir, saved = kill_and_resume(tmp_path, "train", "dqn", "--env", "CartPole-v1",
                                      "--total-steps", "4000", "--learning-starts", "1000",
-                                     "--double", "--prioritized", "--n-step", "3")  # fmt: skip
+                                     "--double", "--prioritized", "--n-step", "3",
+                                     "--save-replay")  # fmt: skip
     assert 0 < saved < 4000
+    assert not (run_dir / "log.txt").exists()  # it resumed with its replay: nothing to say
     state = run.load_checkpoint(run_dir)
     assert state["global_step"] == 4000 and state["updates"] == 300  # every 10 steps after 1000
     assert int(state["agent"]["policy"]["steps"]) == 4000  # the epsilon schedule's step counter
@@ -101,16 +103,27 @@ def test_killed_run_resumes_its_counters_and_config_and_evaluates(tmp_path: Path
     assert (run_dir / "curve.png").stat().st_size > 0
 
 
+def test_resume_without_saved_replay_refills_it_first(tmp_path: Path) -> None:
+    run_dir, saved = kill_and_resume(tmp_path, "train", "dqn", "--env", "CartPole-v1",
+                                     "--total-steps", "4000", "--learning-starts", "1000")  # fmt: skip
+    assert not (run_dir / "replay.npz").exists()
+    assert "refills for 1000 steps" in (run_dir / "log.txt").read_text()
+    before = max(0, saved - 1000) // 10  # updates every 10 steps after 1000, up to the checkpoint
+    after = max(0, 400 - (saved + 1000) // 10)  # and again once 1000 new steps are in
+    assert run.load_checkpoint(run_dir)["updates"] == before + after
+
+
 def test_atari_run_stores_single_frames(tmp_path: Path) -> None:
     assert cli.main(["train", "dqn", "--env", "Pong-v5", "--total-steps", "240",
                      "--learning-starts", "200", "--buffer-size", "1000", "--dueling",
-                     "--runs-dir", str(tmp_path), "--name", "run"]) == 0  # fmt: skip
+                     "--save-replay", "--runs-dir", str(tmp_path), "--name", "run"]) == 0  # fmt: skip
     config = json.loads((tmp_path / "run" / "config.json").read_text())["config"]
     assert config["preset"] == "atari" and config["learning_rate"] == 1e-4
     state = run.load_checkpoint(tmp_path / "run")
     assert state["updates"] == 10  # every 4 steps after 200
-    stored = state["replay"]  # single frames in rings, no (4, 84, 84) stacks in the table
-    assert any(k.startswith("frames.") for k in stored) and "table.obs" not in stored
+    with np.load(tmp_path / "run" / "replay.npz") as stored:  # single frames in rings
+        assert any(k.startswith("frames.") for k in stored.files)
+        assert all(stored[k].shape[-3:] != (4, 84, 84) for k in stored.files)
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ def test_pendulum_reaches_minus_250_within_20k_steps(tmp_path: Path) -> None:
 def test_killed_run_resumes_its_counters_and_config_and_evaluates(tmp_path: Path, capsys) -> None:
     run_dir, saved = kill_and_resume(tmp_path, "train", "sac", "--env", "Pendulum-v1",
                                      "--total-steps", "1300", "--learning-starts", "1000",
-                                     "--buffer-size", "4000")  # fmt: skip
+                                     "--buffer-size", "4000", "--save-replay")  # fmt: skip
     assert 0 < saved < 1300
     state = run.load_checkpoint(run_dir)
     assert state["global_step"] == 1300 and state["updates"] == 300

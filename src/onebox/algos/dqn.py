@@ -121,6 +121,10 @@ class Config:
     checkpoint_minutes: float = 10.0
     """Save a checkpoint (with the replay buffer) this often, and always at the end or on Ctrl-C;
     0 = only at the end."""
+    save_replay: bool = False
+    """Also save the replay buffer with each checkpoint (`replay.npz` in the run folder; Atari's
+    1M transitions take about 7.5 GB), so that a resumed run continues with it. Without it a
+    resumed run refills the buffer for `learning_starts` steps before it learns again."""
     progress: bool | None = None
     """Show a progress bar (default: when stderr is a terminal)."""
     track: bool = False

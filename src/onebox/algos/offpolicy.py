@@ -37,9 +37,10 @@ from onebox.algos.common import (
 )
 from onebox.nn.networks import is_image
 from onebox.replay import ReplayBatch, ReplayBuffer
-from onebox.replay.persist import rng_state
 from onebox.sampling import EpisodeTracker
 
+REPLAY_FILE = "replay.npz"
+"""The replay buffer saved beside the checkpoint with `--save-replay`."""
 LOG_EVERY = 1000
 """Env steps between two logs of the losses, SPS and time split."""
 
@@ -148,30 +149,43 @@ def run_loop(
     buffer = make_buffer(config, envs)
     n = envs.num_envs
     global_step, updates, elapsed, env_seed = 0, 0, 0.0, config.seed
+    replay_file = run_dir / REPLAY_FILE
+    refilled = False
     if state is not None:
         agent.load_state_dict(state["agent"])
-        # The envs restart from fresh episodes: the steps still waiting for their n-step return
-        # (at most n - 1 per env) are dropped rather than joined to another episode's.
-        replay = state["replay"]
-        buffer.load_state_dict({**replay, "staging.count": np.zeros_like(replay["staging.count"])})
         global_step, updates, elapsed = state["global_step"], state["updates"], state["elapsed"]
+        if config.save_replay and replay_file.exists():
+            buffer.load(replay_file)
+            # The envs restart from fresh episodes: the steps still waiting for their n-step
+            # return are dropped rather than joined to another episode's.
+            buffer.drop_staged()
+        else:
+            refilled = True
         # The envs restart from fresh episodes, with seeds no earlier episode used.
         env_seed = config.seed + global_step
+    # Updates start once `learning_starts` steps are in the buffer (again after a refill).
+    learn_from = (global_step if refilled else 0) + config.learning_starts
     obs, _ = envs.reset(seed=env_seed)
     if state is not None:
         run.set_rng_state(state["rng"])
 
     logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
                         project=config.wandb_project, config=config)  # fmt: skip
+    if refilled:
+        logger.note(global_step, (
+            "resumed without a saved replay buffer (train with --save-replay to keep it): it "
+            f"refills for {config.learning_starts} steps before learning resumes"
+        ))  # fmt: skip
     checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
     tracker, split, ids = EpisodeTracker(n), run.TimeSplit(), np.arange(n)
     stats: dict[str, float] = {}
 
     def save() -> None:
         logger.flush()
+        if config.save_replay:  # first, so that a checkpoint never outlives its replay
+            buffer.save(replay_file)
         checkpointer.save({
             "agent": agent.state_dict(), "global_step": global_step,
-            "replay": {**buffer.state_dict(), "rng": rng_state(buffer.rng)},
             "updates": updates, "elapsed": logger.elapsed(), "rng": run.rng_state(),
         })  # fmt: skip
 
@@ -194,7 +208,7 @@ def run_loop(
                                true_next_obs(next_obs, ends, info))  # fmt: skip
                 obs = next_obs
                 before, global_step = global_step, global_step + n
-                if global_step > config.learning_starts:
+                if global_step > learn_from:
                     due = global_step // config.train_frequency - before // config.train_frequency
                     for _ in range(due):
                         with split("replay"):

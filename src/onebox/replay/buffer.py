@@ -306,6 +306,11 @@ class ReplayBuffer:
         if "rng" in state:
             set_rng_state(self.rng, state["rng"])
 
+    def drop_staged(self) -> None:
+        """Forget the steps still waiting for their n-step return (at most n - 1 per env), for
+        envs that restart fresh episodes (a resumed run): no transition joins two episodes."""
+        self.staging.count[:] = 0
+
     def save(self, path: Any) -> None:
         """Write the whole table, its config and RNG state to one .npz file."""
         save_npz(

@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import math
 import os
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 CSV_FILE = "metrics.csv"
+LOG_FILE = "log.txt"
 CSV_HEADER = ("step", "time", "tag", "value")
 RETURN_TAG = "charts/episodic_return"
 LENGTH_TAG = "charts/episodic_length"
@@ -95,6 +97,16 @@ class Logger:
         if self._wandb is not None and floats:
             self._wandb.log(floats, step=step)
         self._maybe_flush()
+
+    def note(self, step: int, text: str) -> None:
+        """A line for the user: printed to stderr, kept in `run_dir/"log.txt"` and in
+        TensorBoard's text tab (tag `notes`)."""
+        self._check_open()
+        line = f"step {int(step)}: {text}"
+        print(line, file=sys.stderr)
+        with open(self.run_dir / LOG_FILE, "a") as f:
+            f.write(line + "\n")
+        self._tb.add_text("notes", text, int(step))
 
     def episodes(
         self,
