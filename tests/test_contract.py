@@ -178,7 +178,7 @@ def test_a_checkpoint_of_another_learner(runs, capsys) -> None:
     [
         ("total_steps", -5, "--total-steps must be positive"),
         ("total_steps", "many", "total_steps='many' is not an int"),
-        ("gamma", 2.0, "--gamma and --gae-lambda must be in [0, 1]"),
+        ("gamma", 2.0, "--gamma must be in [0, 1]"),
         ("sampler", "triple", "'triple' is not one of"),
         ("no_such_field", 1, "no_such_field"),
     ],

@@ -212,6 +212,16 @@ def test_checkpoint_round_trip_and_missing(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
 
 
+def test_checkpoint_of_numpy_values_loads_weights_only(tmp_path):
+    """numpy scalars (np.float64 is a float subclass) and arrays are stored as plain numbers and
+    tensors, which torch's weights-only loader reads back."""
+    state = {"count": np.float64(2.5), "n": np.int64(3), "mean": np.arange(3.0)}
+    Checkpointer(tmp_path, every_minutes=0).save(state)
+    loaded = load_checkpoint(tmp_path)
+    assert type(loaded["count"]) is float and loaded["count"] == 2.5 and loaded["n"] == 3
+    assert torch.equal(loaded["mean"], torch.arange(3.0, dtype=torch.float64))
+
+
 CHILD = """
 import io, sys, time
 from pathlib import Path

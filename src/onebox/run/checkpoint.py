@@ -74,12 +74,12 @@ def plain(value: Any, where: str = "state") -> Any:
     TypeError naming where it is (torch's weights-only loader would refuse to read it back)."""
     import torch
 
+    if isinstance(value, np.generic):  # before float: np.float64 is a float subclass
+        return value.item()
     if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
         return value
     if isinstance(value, np.ndarray):
         return torch.from_numpy(value.copy())
-    if isinstance(value, np.generic):
-        return value.item()
     if isinstance(value, (list, tuple)):
         items = [plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
         return items if isinstance(value, list) else tuple(items)
