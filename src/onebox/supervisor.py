@@ -29,6 +29,7 @@ import contextlib
 import faulthandler
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.context
 import os
 import signal
 import time
@@ -58,7 +59,7 @@ def get_context(context: Any) -> Any:
     """A multiprocessing context from its name (None: `default_context()`) or itself."""
     if context is None:
         context = default_context()
-    if not isinstance(context, str):
+    if isinstance(context, multiprocessing.context.BaseContext):
         return context
     if context not in CONTEXTS or context not in multiprocessing.get_all_start_methods():
         raise ValueError(f"context must be one of {CONTEXTS} (available here), got {context!r}")

@@ -26,7 +26,6 @@ On CartPole-v1 the default run ended with a mean of the last 20 episodes of 500 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing.connection
 import signal
 import time
 from pathlib import Path
@@ -52,6 +51,7 @@ from onebox.algos.common import (
 from onebox.algos.onpolicy import Agent
 from onebox.nn.networks import ActorCritic
 from onebox.sampling import Sampler
+from onebox.supervisor import FROM_WORKER, RestartLimitError, Supervisor, Worker
 
 PRESETS: dict[str, dict[str, Any]] = {
     "classic": dict(total_steps=500_000, envs_per_actor=8, ent_coef=0.0),
@@ -237,35 +237,32 @@ def worker(
 
 
 class Workers:
-    """The worker processes: started, watched through their sentinels, restarted when they die,
-    and stopped. Each sends its reports through its own pipe, so a worker killed in the middle of
-    a message breaks nothing of the others'. Every start (restarts included) gets its own seeds.
+    """The worker processes, on a `Supervisor`: started, watched through their sentinels,
+    restarted when they die (up to `max_restarts` in all), and stopped. Each sends its reports
+    through its own pipe, so a worker killed in the middle of a message breaks nothing of the
+    others'. Every start (restarts included) gets its own seeds.
     """
 
     def __init__(self, config: Config, agent: Agent, step: int, starts: int) -> None:
         self.config, self.agent = config, agent
-        self.ctx = mp.get_context("spawn")
         self.steps = torch.zeros(config.actors, dtype=torch.int64).share_memory_()
         self.steps[0] = step
         self.stop = torch.zeros(1, dtype=torch.bool).share_memory_()
-        self.starts, self.restarts = starts, 0
-        self.procs: list[Any] = [None] * config.actors
-        self.pipes: list[Any] = [None] * config.actors
+        self.starts = starts
+        self.sup = Supervisor(mp.get_context("spawn"), worker, pipes=(FROM_WORKER,),
+                              name="onebox-a3c", max_total_restarts=config.max_restarts)  # fmt: skip
         for rank in range(config.actors):
-            self._start(rank)
+            self.sup.add(Worker(rank), *self._args(rank))
 
-    def _start(self, rank: int) -> None:
+    def _args(self, rank: int) -> tuple:
         seed = self.config.seed + (1 + self.starts) * self.config.envs_per_actor
         self.starts += 1
-        reader, writer = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(
-            target=worker,
-            args=(rank, seed, self.config, self.agent, self.steps, self.stop, writer),
-            daemon=True,
-        )
-        proc.start()
-        writer.close()  # the worker holds the only writing end: its death closes the pipe
-        self.procs[rank], self.pipes[rank] = proc, reader
+        return (rank, seed, self.config, self.agent, self.steps, self.stop)
+
+    @property
+    def restarts(self) -> int:
+        """Worker restarts so far."""
+        return self.sup.restarts
 
     @property
     def step(self) -> int:
@@ -279,25 +276,20 @@ class Workers:
     def watch(self, timeout: float) -> list[Report]:
         """Wait up to `timeout` s for reports or exits; restart any worker that died before the
         end; return the reports received."""
-        ready = multiprocessing.connection.wait(
-            [p.sentinel for p in self.procs] + self.pipes, timeout
-        )
-        reports = self._receive([r for r in self.pipes if r in ready])
-        for rank, proc in enumerate(self.procs):
-            if proc.exitcode is not None and not self.stop[0] and not self.done:
-                if self.restarts >= self.config.max_restarts:
-                    raise RuntimeError(
-                        f"A3C worker {rank} exited with code {proc.exitcode} after "
-                        f"{self.restarts} restarts (--max-restarts); see its error above"
-                    )
-                reports += self._receive([self.pipes[rank]])
-                self.pipes[rank].close()
-                self.restarts += 1
-                self._start(rank)
+        pipes = [w.conns[0] for w in self.sup.workers]
+        ready = self.sup.wait(pipes, timeout)
+        reports = self._receive([r for r in pipes if r in ready])
+        for w in self.sup.workers:
+            if not w.running and not self.stop[0] and not self.done:
+                reports += self._receive(w.conns)
+                try:
+                    self.sup.restart(w, *self._args(w.index))
+                except RestartLimitError as e:
+                    raise RuntimeError(f"A3C {e} (--max-restarts)") from None
         return reports
 
     @staticmethod
-    def _receive(readers: list[Any]) -> list[Report]:
+    def _receive(readers: Any) -> list[Report]:
         out = []
         for reader in readers:
             try:
@@ -308,20 +300,15 @@ class Workers:
         return out
 
     def close(self) -> list[Report]:
-        """Stop the workers and return their last reports."""
+        """Stop the workers (killing those still running after 30 s) and return their last
+        reports."""
         self.stop[0] = True
         reports: list[Report] = []
-        deadline = time.monotonic() + 30
-        while any(p.exitcode is None for p in self.procs) and time.monotonic() < deadline:
-            reports += self._receive(self.pipes)  # a worker blocked on a full pipe can finish
-            multiprocessing.connection.wait([p.sentinel for p in self.procs], 0.05)
-        for proc in self.procs:
-            if proc.exitcode is None:
-                proc.kill()
-            proc.join()
-        reports += self._receive(self.pipes)
-        for reader in self.pipes:
-            reader.close()
+
+        def drain() -> None:  # a worker blocked on a full pipe can finish
+            reports.extend(self._receive(c for w in self.sup.workers for c in w.conns))
+
+        self.sup.shutdown(timeout=30, drain=drain)
         return reports
 
 

@@ -13,12 +13,8 @@ from __future__ import annotations
 import collections
 import difflib
 import functools
-import multiprocessing
-import multiprocessing.connection
-import os
 import pickle
 import select
-import signal
 import weakref
 from collections.abc import Callable
 from multiprocessing import resource_tracker
@@ -42,91 +38,48 @@ from onebox.envs.base import (
     reset_needed,
     split_reset_options,
 )
-from onebox.envs.shm import (
-    ActionWriter,
-    Block,
-    Layout,
-    add_info,
-    assemble,
-    copy_tree,
-    gather,
-    gather_into,
-    leaf_array,
-    leaves,
-)
-
-MAX_INFO_KEYS = 32
-"""Numeric info keys per worker that travel through shared memory; more are pickled."""
-
-CONTEXTS = ("forkserver", "spawn", "fork")
+from onebox.envs.process_shared import MAX_INFO_KEYS, SharedBatch
+from onebox.envs.shm import Block
+from onebox.supervisor import FROM_WORKER, TO_WORKER, Supervisor, Worker, get_context
 
 
-def _default_context() -> str:
-    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-
-
-class _Proc:
-    """One worker process, its pipes and the commands it has not answered yet."""
+class _Proc(Worker):
+    """One worker process (supervised), its pipes and the commands it has not answered yet."""
 
     def __init__(self, index: int, lo: int, hi: int) -> None:
-        self.index, self.lo, self.hi = index, lo, hi
+        super().__init__(index)
+        self.lo, self.hi = lo, hi
         self.ids = np.arange(lo, hi, dtype=np.int32)
-        self.proc: Any = None
-        self.cmd: Any = None
-        self.res: Any = None
-        self.fault: Any = None
         self.pending: collections.deque[tuple[np.ndarray, bytes]] = collections.deque()
         self.slots: dict[int, str] = {}  # info slot -> key
         self.kinds: dict[int, str] = {}  # info slot -> "i" or "f"
-        self.restarts = 0
         self.fresh = False  # restarted and has not completed a command since
         self.answer: tuple[bool, Any] | None = None  # the reply to CALL or SET
 
+    @property
+    def cmd(self) -> Any:
+        return self.conns[0]
+
+    @property
+    def res(self) -> Any:
+        return self.conns[1]
+
     def describe(self) -> str:
-        pid = self.proc.pid if self.proc is not None else "?"
-        return f"worker {self.index} (pid {pid}, envs {self.lo}..{self.hi - 1})"
-
-    def close_pipes(self) -> None:
-        for conn in (self.cmd, self.res, self.fault):
-            if conn is not None:
-                conn.close()
-        self.cmd = self.res = self.fault = None
+        return f"{super().describe()[:-1]}, envs {self.lo}..{self.hi - 1})"
 
 
-def _shutdown(procs: list[_Proc], blocks: list[Block]) -> None:
+def _shutdown(sup: Supervisor, blocks: list[Block]) -> None:
     """Stop every worker (politely, then by force) and free the shared memory."""
-    for p in procs:
+    for p in sup.workers:
         try:
-            if p.cmd is not None:
-                pw.write_msg(p.cmd.fileno(), pw.QUIT)
+            if p.conns:
+                pw.write_msg(p.conns[0].fileno(), pw.QUIT)
         except OSError:
             pass
-    for p in procs:
-        if p.proc is None or p.proc.pid is None:
-            continue
-        p.proc.join(timeout=2)
-        if p.proc.exitcode is None:
-            p.proc.kill()
-            p.proc.join(timeout=2)
-        p.close_pipes()
+    sup.shutdown(timeout=2)
     for block in blocks:
         block.close(unlink=True)
     blocks.clear()
-
-
-def _read_available(conn: Any) -> str:
-    """Whatever bytes a dead worker's faulthandler wrote to its pipe."""
-    if conn is None:
-        return ""
-    fd = conn.fileno()
-    os.set_blocking(fd, False)
-    chunks = []
-    try:
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    except (BlockingIOError, OSError):
-        pass
-    return b"".join(chunks).decode(errors="replace").strip()
 
 
 class ProcessEnvPool(EnvPool):
@@ -204,9 +157,7 @@ class ProcessEnvPool(EnvPool):
         num_envs, batch_size, num_threads = check_pool_args(num_envs, batch_size, num_threads)
         mode = parse_autoreset_mode(autoreset_mode)
         self._seed = check_seed(seed)
-        context = _default_context() if context is None else context
-        if context not in CONTEXTS or context not in multiprocessing.get_all_start_methods():
-            raise ValueError(f"context must be one of {CONTEXTS} (available here), got {context!r}")
+        self._ctx = ctx = get_context(context)
         if isinstance(spin_us, bool) or not (
             isinstance(spin_us, int | float) and 0 <= spin_us <= 1e6
         ):
@@ -221,9 +172,11 @@ class ProcessEnvPool(EnvPool):
         self.copy, self.restart_on_crash = bool(copy), bool(restart_on_crash)
         self.autoreset_mode = mode
         self._same_step = mode == AutoresetMode.SAME_STEP
-        self._ctx = multiprocessing.get_context(context)
-        if context == "forkserver":
-            self._ctx.set_forkserver_preload(["__main__", "onebox.envs.process_worker"])
+        if ctx.get_start_method() == "forkserver":
+            ctx.set_forkserver_preload(["__main__", "onebox.envs.process_worker"])
+        self._sup = Supervisor(
+            ctx, pw.main, pipes=(TO_WORKER, FROM_WORKER), name="onebox-env-worker"
+        )
         self._factory_bytes = cloudpickle.dumps(make)
 
         bounds = np.linspace(0, num_envs, self.num_threads + 1).round().astype(int)
@@ -231,7 +184,7 @@ class ProcessEnvPool(EnvPool):
             _Proc(k, int(bounds[k]), int(bounds[k + 1])) for k in range(self.num_threads)
         ]
         self._blocks: list[Block] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._blocks)
+        self._finalizer = weakref.finalize(self, _shutdown, self._sup, self._blocks)
         self._broken: str | None = None
         self._poller = select.poll()
         self._fds: dict[int, tuple[_Proc, bool]] = {}
@@ -270,12 +223,8 @@ class ProcessEnvPool(EnvPool):
 
     # ---- workers -------------------------------------------------------------------------------
 
-    def _launch(self, p: _Proc, restart_seeds: list[int] | None) -> None:
-        ctx = self._ctx
-        cmd_r, p.cmd = ctx.Pipe(duplex=False)
-        p.res, res_w = ctx.Pipe(duplex=False)
-        p.fault, fault_w = ctx.Pipe(duplex=False)
-        args = pw.WorkerArgs(
+    def _args(self, p: _Proc, restart_seeds: list[int] | None) -> pw.WorkerArgs:
+        return pw.WorkerArgs(
             index=p.index,
             lo=p.lo,
             hi=p.hi,
@@ -286,15 +235,6 @@ class ProcessEnvPool(EnvPool):
             slots={key: (slot, p.kinds[slot]) for slot, key in p.slots.items()},
             spin=self._spin,
         )
-        p.proc = ctx.Process(
-            target=pw.main,
-            args=(args, cmd_r, res_w, fault_w),
-            name=f"onebox-env-worker-{p.index}",
-            daemon=True,
-        )
-        p.proc.start()
-        for conn in (cmd_r, res_w, fault_w):
-            conn.close()
 
     def _handshake_reply(self, p: _Proc, expect: bytes) -> bytes:
         """Wait for worker p's next startup message; raise if it failed or died."""
@@ -307,16 +247,12 @@ class ProcessEnvPool(EnvPool):
 
     def _wait_message(self, p: _Proc) -> bytes | None:
         """The next message from worker p, or None if it died first."""
-        sentinel = p.proc.sentinel
-        while True:
-            if p.res.poll(0):
-                try:
-                    return pw.read_msg(p.res.fileno())
-                except (EOFError, OSError):
-                    return None
-            ready = multiprocessing.connection.wait([p.res, sentinel])
-            if ready == [sentinel] and not p.res.poll(0):
-                return None
+        if not self._sup.readable(p, p.res):
+            return None
+        try:
+            return pw.read_msg(p.res.fileno())
+        except (EOFError, OSError):
+            return None
 
     def _startup_error(self, p: _Proc, msg: bytes | None) -> Exception:
         if msg is None:
@@ -327,7 +263,8 @@ class ProcessEnvPool(EnvPool):
                 "worker: make the pool under `if __name__ == '__main__':`, or pass context='fork')"
             )
             return RuntimeError(
-                f"{p.describe()} of {self.env_name} died while starting: {self._death(p)}{hint}"
+                f"{p.describe()} of {self.env_name} died while starting: "
+                f"{self._sup.reap(p).describe()}{hint}"
             )
         err = pickle.loads(msg[1:])
         text = (
@@ -338,29 +275,13 @@ class ProcessEnvPool(EnvPool):
             return (TypeError if err["type"] == "TypeError" else ValueError)(text)
         return RuntimeError(text)
 
-    def _death(self, p: _Proc) -> str:
-        p.proc.join(timeout=5)
-        if p.proc.exitcode is None:
-            p.proc.kill()
-            p.proc.join(timeout=5)
-        code = p.proc.exitcode
-        if code is not None and code < 0:
-            try:
-                how = f"killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-        else:
-            how = f"exited with code {code}"
-        trace = _read_available(p.fault)
-        return how + (f"\nworker faulthandler output:\n{trace}" if trace else "")
-
     def _start(self, spec: Any) -> None:
         # Workers attach to the shared memory by name, which registers it with the resource
         # tracker: they must share the parent's (forked workers inherit it if it runs already),
         # so that the parent's unlink also unregisters their attachments.
         resource_tracker.ensure_running()
         for p in self._procs:
-            self._launch(p, None)
+            self._sup.add(p, self._args(p, None))
         hello = [pickle.loads(self._handshake_reply(p, pw.HELLO)) for p in self._procs]
         first = hello[0]
         for p, h in zip(self._procs[1:], hello[1:], strict=True):
@@ -382,8 +303,6 @@ class ProcessEnvPool(EnvPool):
         n = self.num_envs
         self.single_observation_space = hello["observation_space"]
         self.single_action_space = hello["action_space"]
-        obs_leaves = leaves(self.single_observation_space, "observation_space")
-        act_leaves = leaves(self.single_action_space, "action_space")
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
         self.metadata = {**hello["metadata"], "autoreset_mode": self.autoreset_mode}
@@ -392,42 +311,10 @@ class ProcessEnvPool(EnvPool):
             self.env_name = hello["name"]
         self.spec = hello["spec"] if hello["spec"] is not None else spec
 
-        arrays: list[tuple[str, tuple[int, ...], Any]] = []
-        for k, (_, leaf) in enumerate(obs_leaves):
-            shape, dtype = leaf_array(leaf)
-            arrays.append((f"obs{k}", (n, *shape), dtype))
-            if self._same_step:
-                arrays.append((f"final_obs{k}", (n, *shape), dtype))
-        for k, (_, leaf) in enumerate(act_leaves):
-            shape, dtype = leaf_array(leaf)
-            arrays.append((f"act{k}", (n, *shape), dtype))
-        arrays += [
-            ("reward", (n,), np.float64),
-            ("terminated", (n,), np.bool_),
-            ("truncated", (n,), np.bool_),
-            ("final", (n,), np.bool_),
-            ("ep_return", (n,), np.float64),
-            ("ep_length", (n,), np.int64),
-            ("ep_done", (n,), np.bool_),
-            ("info_val", (2, n, MAX_INFO_KEYS), np.float64),
-            ("info_set", (2, n, MAX_INFO_KEYS), np.bool_),
-            ("current", (self.num_threads,), np.int64),
-        ]
-        self._block = Block(Layout.plan(arrays))
+        self._shm = SharedBatch(self.single_observation_space, self.single_action_space, n,
+                                self._procs, self.batch_size, self._same_step)  # fmt: skip
+        self._block = self._shm.block
         self._blocks.append(self._block)
-        a = self._block.arrays
-        a["current"][:] = -1
-        self._a = a
-        self._obs = [a[f"obs{k}"] for k in range(len(obs_leaves))]
-        self._final_obs = (
-            [a[f"final_obs{k}"] for k in range(len(obs_leaves))] if self._same_step else []
-        )
-        self._act = ActionWriter(
-            self.single_action_space, [a[f"act{k}"] for k in range(len(act_leaves))]
-        )
-        b = self.batch_size
-        self._batch_obs = [np.empty((b, *o.shape[1:]), o.dtype) for o in self._obs]
-        self._batch = {k: np.empty(b, a[k].dtype) for k in ("reward", "terminated", "truncated")}
         self._owner = np.repeat(
             np.arange(self.num_threads, dtype=np.int32), [p.hi - p.lo for p in self._procs]
         )
@@ -437,19 +324,17 @@ class ProcessEnvPool(EnvPool):
         self._num_inflight = 0
         self._ready: list[np.ndarray] = []
         self._num_ready = 0
-        self._other: dict[tuple[int, int], dict[str, Any]] = {}
-        self._key_dtype: dict[str, np.dtype] = {}
         self._fresh = np.ones(n, dtype=bool)  # never reset: cannot be stepped
         self._disabled = self.autoreset_mode == AutoresetMode.DISABLED
         self._ended = np.zeros(n, dtype=bool)  # Disabled: ended, not reset since
 
     def _watch(self, p: _Proc) -> None:
-        for fd, is_sentinel in ((p.res.fileno(), False), (p.proc.sentinel, True)):
+        for fd, is_sentinel in ((p.res.fileno(), False), (p.sentinel, True)):
             self._poller.register(fd, select.POLLIN)
             self._fds[fd] = (p, is_sentinel)
 
     def _unwatch(self, p: _Proc) -> None:
-        for fd in (p.res.fileno(), p.proc.sentinel):
+        for fd in (p.res.fileno(), p.sentinel):
             if self._fds.pop(fd, None) is not None:
                 self._poller.unregister(fd)
 
@@ -489,11 +374,7 @@ class ProcessEnvPool(EnvPool):
         self._ready.append(ids)
         self._num_ready += len(ids)
         if msg[:1] == pw.EXTRAS:
-            extras = pickle.loads(msg[1:])
-            for slot, key, kind, dtype in extras["keys"]:
-                p.slots[slot], p.kinds[slot] = key, kind
-                self._key_dtype.setdefault(key, np.dtype(dtype))
-            self._other.update(extras["other"])
+            self._shm.add_keys(p, pickle.loads(msg[1:]))
 
     def _wait_idle(self) -> None:
         while any(p.pending for p in self._procs):
@@ -507,10 +388,10 @@ class ProcessEnvPool(EnvPool):
             err = pickle.loads(msg[1:])
             env, how = err["env"], f"raised {err['type']}: {err['message']}"
             detail = f"worker traceback:\n{err['traceback']}"
-            self._death(p)
+            self._sup.reap(p)
         else:
-            env = int(self._a["current"][p.index])
-            how, detail = "died", self._death(p)
+            env = int(self._shm.a["current"][p.index])
+            how, detail = "died", self._sup.reap(p).describe()
         where = f"env {env} ({self.env_name})" if env >= 0 else f"{self.env_name} (idle)"
         text = f"{where} in {p.describe()} {how}\n{detail}".rstrip()
         if not self.restart_on_crash or p.fresh:
@@ -525,13 +406,12 @@ class ProcessEnvPool(EnvPool):
 
     def _restart(self, p: _Proc, why: str) -> None:
         self._unwatch(p)
-        p.close_pipes()
-        p.restarts += 1
+        count = p.restarts + 1
         seeds = [
-            int(np.random.SeedSequence([self._seed, g, p.restarts]).generate_state(1, np.uint64)[0])
+            int(np.random.SeedSequence([self._seed, g, count]).generate_state(1, np.uint64)[0])
             for g in range(p.lo, p.hi)
         ]
-        self._launch(p, seeds)
+        self._sup.restart(p, self._args(p, seeds))
         try:
             hello = pickle.loads(self._handshake_reply(p, pw.HELLO))
             pw.write_msg(p.cmd.fileno(), pickle.dumps((self._block.name, self._block.layout)))
@@ -560,91 +440,10 @@ class ProcessEnvPool(EnvPool):
     def _results(
         self, ids: np.ndarray, index: Any
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        a, n = self._a, len(ids)
-        if isinstance(index, slice):
-            obs = gather(self.single_observation_space, self._obs, index)
-            reward, term, trunc = a["reward"], a["terminated"], a["truncated"]
-            if self.copy:
-                obs = copy_tree(obs)
-                reward, term, trunc = reward.copy(), term.copy(), trunc.copy()
-        elif self.copy:
-            obs = gather(self.single_observation_space, self._obs, index)
-            reward, term, trunc = a["reward"][index], a["terminated"][index], a["truncated"][index]
-        else:
-            obs = gather_into(self.single_observation_space, self._obs, ids, self._batch_obs)
-            out = self._batch
-            reward = np.take(a["reward"], ids, out=out["reward"][:n])
-            term = np.take(a["terminated"], ids, out=out["terminated"][:n])
-            trunc = np.take(a["truncated"], ids, out=out["truncated"][:n])
+        obs, reward, term, trunc = self._shm.results(ids, index, self.copy)
         if self._disabled:
             self._ended[ids] = term | trunc
-        return obs, reward, term, trunc, self._info(ids, index, final=True)
-
-    def _info(
-        self, ids: np.ndarray, index: Any, final: bool, only: np.ndarray | None = None
-    ) -> dict[str, Any]:
-        """The info of envs `ids` (`index` into per-env rows); with `only`, of those masked."""
-        a, n = self._a, len(ids)
-        info: dict[str, Any] = {"env_id": ids}
-        self._table(info, pw.INFO, ids, index, only)
-        done = a["ep_done"][index]
-        if only is not None:
-            done = done & only
-        if done.any():
-            info["episode_return"] = np.where(done, a["ep_return"][index], 0.0)
-            info["episode_length"] = np.where(done, a["ep_length"][index], 0)
-            info["_episode_return"] = done.copy()
-            info["_episode_length"] = done.copy()
-        if final and self._same_step:
-            f = a["final"][index]
-            if f.any():
-                final_obs = np.full(n, None, dtype=object)
-                for pos in np.flatnonzero(f):
-                    g = int(ids[pos])
-                    final_obs[pos] = assemble(
-                        self.single_observation_space, (x[g].copy() for x in self._final_obs)
-                    )
-                final_info: dict[str, Any] = {}
-                self._table(final_info, pw.FINAL_INFO, ids, index, f)
-                info["final_obs"], info["_final_obs"] = final_obs, f.copy()
-                info["final_info"], info["_final_info"] = final_info, f.copy()
-        return info
-
-    def _table(
-        self, out: dict[str, Any], table: int, ids: np.ndarray, index: Any, only: Any
-    ) -> None:
-        """Batch info table `table` of envs `ids` into `out` (rows masked by `only` if given)."""
-        n = len(ids)
-        vals_f, sets = self._a["info_val"], self._a["info_set"]
-        vals_i = vals_f.view(np.int64)
-        for p in self._procs:
-            if not p.slots:
-                continue
-            if isinstance(index, slice):
-                rows = np.arange(p.lo, p.hi)
-                gids = rows
-            else:
-                rows = np.flatnonzero((ids >= p.lo) & (ids < p.hi))
-                gids = ids[rows]
-            if not len(rows):
-                continue
-            for slot, key in p.slots.items():
-                present = sets[table, gids, slot]
-                if only is not None:
-                    present = present & only[rows]
-                if not present.any():
-                    continue
-                vals = (vals_f if p.kinds[slot] == "f" else vals_i)[table, gids[present], slot]
-                if key not in out:
-                    out[key] = np.zeros(n, dtype=self._key_dtype[key])
-                    out["_" + key] = np.zeros(n, dtype=bool)
-                out[key][rows[present]] = vals
-                out["_" + key][rows[present]] = True
-        if self._other:
-            for pos, g in enumerate(ids.tolist()):
-                extra = self._other.pop((table, g), None)
-                if extra is not None and (only is None or only[pos]):
-                    add_info(out, extra, pos, n)
+        return obs, reward, term, trunc, self._shm.info(ids, index, final=True)
 
     # ---- Gymnasium sync API --------------------------------------------------------------------
 
@@ -664,9 +463,9 @@ class ProcessEnvPool(EnvPool):
         self._inflight[:] = False
         self._num_inflight = 0
         index = slice(None)
-        obs = gather(self.single_observation_space, self._obs, index)
-        info = self._info(self._all_ids, index, False, mask)
-        return (copy_tree(obs) if self.copy else obs), info
+        return self._shm.observations(index, self.copy), self._shm.info(
+            self._all_ids, index, False, mask
+        )
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with one action each; results in env order."""
@@ -677,7 +476,7 @@ class ProcessEnvPool(EnvPool):
                 f"{self._num_inflight} envs have async steps pending; recv() them or reset() "
                 "before step()"
             )
-        self._act.write(actions, None, self.num_envs)
+        self._shm.act.write(actions, None, self.num_envs)
         for p in self._procs:
             self._send(p, p.ids, pw.ALL)
         self._wait_idle()
@@ -701,7 +500,7 @@ class ProcessEnvPool(EnvPool):
             bad = int(ids[self._inflight[ids]][0])
             raise ValueError(f"env id {bad} was already sent and not yet received; recv() it first")
         self._check_stepable(ids, "send()")
-        self._act.write(actions, ids, len(ids))
+        self._shm.act.write(actions, ids, len(ids))
         self._inflight[ids] = True
         self._num_inflight += len(ids)
         if env_ids is None:
@@ -793,8 +592,7 @@ class ProcessEnvPool(EnvPool):
 
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the workers and free the shared memory (once no `copy=False` view holds it)."""
-        self._a, self._obs, self._final_obs = {}, [], []
-        self._act = None  # type: ignore[assignment]
+        self._shm = None  # type: ignore[assignment]
         self._finalizer()
 
     # ---- helpers -------------------------------------------------------------------------------
@@ -817,7 +615,7 @@ class ProcessEnvPool(EnvPool):
         options = rest if options is not None else None
         self._wait_idle()  # drop async work in flight: a reset starts everything anew
         self._ready, self._num_ready = [], 0
-        self._other.clear()
+        self._shm.other.clear()
         chosen = mask if mask is not None else slice(None)
         self._fresh[chosen] = False
         self._ended[chosen] = False

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import faulthandler
 import os
 import pickle
 import select
@@ -394,10 +393,9 @@ def _start(args: WorkerArgs, cmd: Any, res: Any) -> Worker | None:
     return worker
 
 
-def main(args: WorkerArgs, cmd: Any, res: Any, fault: Any) -> None:
+def main(args: WorkerArgs, cmd: Any, res: Any) -> None:
     """The worker process: start, then serve commands until QUIT, a closed pipe or a dead parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    faulthandler.enable(file=fault.fileno(), all_threads=False)
     ppid = os.getppid()
     worker = None
     try:
