@@ -11,8 +11,6 @@ have finished, keeping any surplus for the next `recv()`.
 from __future__ import annotations
 
 import collections
-import difflib
-import functools
 import pickle
 import select
 import weakref
@@ -165,7 +163,7 @@ class ProcessEnvPool(EnvPool):
                 f"spin_us must be a number of microseconds in [0, 1e6], got {spin_us!r}"
             )
         self._spin = float(spin_us) * 1e-6
-        make, name, spec = self._factory(env_id, env_fn, env_kwargs)
+        make, name, spec = pw.env_factory(env_id, env_fn, env_kwargs)
         self.env_name = name
         self.num_envs, self.batch_size = num_envs, batch_size
         self.num_threads = min(num_threads, num_envs)
@@ -194,32 +192,6 @@ class ProcessEnvPool(EnvPool):
             self._finalizer()
             raise
         self.closed = False
-
-    @staticmethod
-    def _factory(
-        env_id: str | None, env_fn: Any, env_kwargs: dict[str, Any]
-    ) -> tuple[Callable[[], Any], str, Any]:
-        if env_fn is not None:
-            if not callable(env_fn):
-                raise TypeError(
-                    f"env_fn must be a callable returning a gymnasium.Env, got {env_fn!r}"
-                )
-            if env_kwargs:
-                raise TypeError(
-                    f"env options {sorted(env_kwargs)} go to gymnasium.make; with env_fn, give "
-                    "them to your env_fn (e.g. functools.partial)"
-                )
-            return env_fn, "env_fn" if env_id is None else str(env_id), None
-        if env_id is None:
-            raise ValueError("give env_id (a Gymnasium id) or env_fn (a callable making an env)")
-        if not isinstance(env_id, str):
-            raise TypeError(f"env_id must be a string, got {type(env_id).__name__}")
-        if env_id not in gym.registry:
-            close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
-            hint = f" Did you mean: {', '.join(close)}?" if close else ""
-            raise ValueError(f"unknown env id {env_id!r}: not in gymnasium.registry.{hint}")
-        spec = gym.spec(env_id)
-        return functools.partial(pw.make_from_spec, spec, dict(env_kwargs)), env_id, spec
 
     # ---- workers -------------------------------------------------------------------------------
 

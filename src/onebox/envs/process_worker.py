@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
+import functools
 import os
 import pickle
 import select
@@ -87,6 +89,32 @@ def wait(poller: select.poll, spin: float, timeout_ms: int | None) -> list[tuple
 def make_from_spec(spec: Any, kwargs: dict[str, Any]) -> Any:
     """`gymnasium.make(spec, **kwargs)`: what a worker calls to make an env given by id."""
     return gym.make(spec, **kwargs)
+
+
+def env_factory(
+    env_id: str | None, env_fn: Any, env_kwargs: dict[str, Any]
+) -> tuple[Callable[[], Any], str, Any]:
+    """What makes a worker's envs (`env_fn`, or `gymnasium.make` of `env_id` with `env_kwargs`),
+    the envs' name and the id's spec (None with `env_fn`); bad arguments raise, naming the fix."""
+    if env_fn is not None:
+        if not callable(env_fn):
+            raise TypeError(f"env_fn must be a callable returning a gymnasium.Env, got {env_fn!r}")
+        if env_kwargs:
+            raise TypeError(
+                f"env options {sorted(env_kwargs)} go to gymnasium.make; with env_fn, give "
+                "them to your env_fn (e.g. functools.partial)"
+            )
+        return env_fn, "env_fn" if env_id is None else str(env_id), None
+    if env_id is None:
+        raise ValueError("give env_id (a Gymnasium id) or env_fn (a callable making an env)")
+    if not isinstance(env_id, str):
+        raise TypeError(f"env_id must be a string, got {type(env_id).__name__}")
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown env id {env_id!r}: not in gymnasium.registry.{hint}")
+    spec = gym.spec(env_id)
+    return functools.partial(make_from_spec, spec, dict(env_kwargs)), env_id, spec
 
 
 def info_kind(value: Any) -> str | None:
