@@ -92,6 +92,23 @@ def test_a_sigkill_is_named_and_restarts_stop_at_the_limit():
     assert not any(_alive(pid) for pid in pids)
 
 
+def test_revive_restarts_a_crash_and_leaves_a_clean_exit():
+    crashing = Supervisor("fork", fail, pipes=(FROM_WORKER,), max_restarts=1)
+    w = crashing.add(Worker(0), "boom")
+    first = w.pid
+    assert "ValueError: boom" in crashing.revive(w, "boom").last_words
+    assert w.restarts == 1 and w.pid != first and w.exit is None  # running again
+    with pytest.raises(RestartLimitError, match="ValueError: boom"):
+        crashing.revive(w, "boom")
+    crashing.shutdown()
+
+    clean = Supervisor("fork", echo, pipes=(TO_WORKER, FROM_WORKER))
+    w = clean.add(Worker(0), "bye")
+    w.conns[0].send(None)
+    assert clean.revive(w).clean and w.restarts == 0 and not w.running
+    clean.shutdown()
+
+
 def test_the_total_restart_limit_counts_every_worker():
     sup = Supervisor("fork", sleep_forever, pipes=(FROM_WORKER,), max_total_restarts=1)
     a, b = sup.add(Worker(0)), sup.add(Worker(1))

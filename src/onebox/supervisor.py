@@ -9,7 +9,8 @@ from a crash and say why (`Exit`: exit code or signal name, and those last words
 
 `restart` starts a dead worker again in the same slot (new process, new pipes) and counts it,
 up to `max_restarts` per worker and `max_total_restarts` over all of them; past a limit it
-raises `RestartLimitError` naming the worker and how it ended. `shutdown` waits a bounded time
+raises `RestartLimitError` naming the worker and how it ended; `revive` is the usual policy
+(restart a worker that crashed, leave one that exited cleanly). `shutdown` waits a bounded time
 for the workers to exit (after the caller has asked them to, in its own protocol), kills the
 rest, reaps every one and closes every pipe: it never hangs and leaves no process or pipe behind.
 
@@ -18,9 +19,10 @@ result pipe, and A3C (`onebox.algos.a3c`), whose workers get one report pipe. Th
 server's process actors (`onebox.sampling.inference`) fit as they are: one `Supervisor(ctx,
 _actor_main, pipes=(FROM_WORKER, TO_WORKER), max_restarts=max_restarts)`; `spawn` becomes `add`
 (the `Worker` subclass keeping the actor's slot block), `_launch` goes, `_register` watches
-`worker.conns[0]` and `worker.sentinel`, `_died` becomes `reap` then `restart` when
-`not exit.clean` (a `RestartLimitError` becomes the actor's failure), and `close` calls
-`shutdown`.
+`worker.conns[0]` and `worker.sentinel`, `_died` becomes `revive` (a `RestartLimitError` becomes
+the actor's failure; `exit.clean` marks it finished), and `close` calls `shutdown`. The pipe
+ends come after `args`, so `_actor_main` takes `(target, block name, layout, actor id, args,
+req, resp)`.
 """
 
 from __future__ import annotations
@@ -127,8 +129,10 @@ class Worker:
         """Started and not yet ended."""
         return self.proc is not None and self.proc.pid is not None and self.proc.exitcode is None
 
-    def describe(self) -> str:
-        return f"worker {self.index} (pid {self.pid if self.pid is not None else '?'})"
+    def describe(self, detail: str = "") -> str:
+        """ "worker K (pid P)", with `detail` added inside the parentheses."""
+        pid = self.pid if self.pid is not None else "?"
+        return f"worker {self.index} (pid {pid}{detail})"
 
     def _close(self) -> None:
         for conn in (*self.conns, self._words):
@@ -226,9 +230,9 @@ class Supervisor:
                 conn.close()
 
     def wait(self, conns: Sequence[Any] = (), timeout: float | None = None) -> list[Any]:
-        """Wait up to `timeout` s for any of `conns` to be readable or a running worker to end;
-        the ready ones (connections, and the `Worker`s whose process ended)."""
-        by_fd = {w.sentinel: w for w in self.workers if w.running}
+        """Wait up to `timeout` s for any of `conns` to be readable or a worker to end; the ready
+        ones (connections, and the `Worker`s whose process ended and was not reaped yet)."""
+        by_fd = {w.sentinel: w for w in self.workers if w.exit is None and w.pid is not None}
         ready = multiprocessing.connection.wait([*conns, *by_fd], timeout)
         return [by_fd.get(r, r) if isinstance(r, int) else r for r in ready]
 
@@ -271,6 +275,14 @@ class Supervisor:
         worker.restarts += 1
         self.restarts += 1
         self.start(worker, *args)
+
+    def revive(self, worker: Worker, *args: Any) -> Exit:
+        """The restart policy for a worker whose process ended: reap it and, if it crashed,
+        `restart` it with `args` (limits apply); a clean exit stays ended. How it ended."""
+        ended = self.reap(worker)
+        if not ended.clean:
+            self.restart(worker, *args)
+        return ended
 
     def shutdown(self, timeout: float = 2.0, drain: Callable[[], Any] | None = None) -> None:
         """Wait up to `timeout` s for every worker to exit (the caller asks them to first),

@@ -63,7 +63,7 @@ class _Proc(Worker):
         return self.conns[1]
 
     def describe(self) -> str:
-        return f"{super().describe()[:-1]}, envs {self.lo}..{self.hi - 1})"
+        return super().describe(f", envs {self.lo}..{self.hi - 1}")
 
 
 def _shutdown(sup: Supervisor, blocks: list[Block]) -> None:
