@@ -27,6 +27,15 @@ def fail(message: str, res) -> None:
     raise ValueError(message)
 
 
+def until_eof(cmd, res) -> None:
+    """Serve until the parent hangs up."""
+    try:
+        while True:
+            res.send(cmd.recv())
+    except EOFError:
+        pass
+
+
 def sleep_forever(res) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL stops it
     res.send(os.getpid())
@@ -151,6 +160,17 @@ def test_shutdown_drains_pipes_while_waiting():
 
     sup.shutdown(timeout=10, drain=drain)
     assert got == [("last", "report")] and w.exit.clean
+
+
+def test_hang_up_lets_workers_that_stop_at_end_of_file_exit_cleanly():
+    # forkserver: a forked worker would inherit the parent's ends of earlier workers' pipes
+    sup = Supervisor("forkserver", until_eof, pipes=(TO_WORKER, FROM_WORKER))
+    workers = [sup.add(Worker(k)) for k in range(2)]
+    for w in workers:
+        w.conns[0].send(w.index)
+        assert w.conns[1].recv() == w.index
+    sup.shutdown(timeout=10, hang_up=True)
+    assert all(w.exit is not None and w.exit.clean for w in workers)  # not killed
 
 
 def test_bad_arguments_are_named():

@@ -20,7 +20,9 @@ server's process actors (`onebox.sampling.inference`) fit as they are: one `Supe
 _actor_main, pipes=(FROM_WORKER, TO_WORKER), max_restarts=max_restarts)`; `spawn` becomes `add`
 (the `Worker` subclass keeping the actor's slot block), `_launch` goes, `_register` watches
 `worker.conns[0]` and `worker.sentinel`, `_died` becomes `revive` (a `RestartLimitError` becomes
-the actor's failure; `exit.clean` marks it finished), and `close` calls `shutdown`. The pipe
+the actor's failure; `exit.clean` marks it finished), and `close` calls
+`shutdown(timeout=2, hang_up=True)` (actors stop when their pipes close). `add` runs in the
+caller's thread and `revive` in the server thread, each on its own worker, as now. The pipe
 ends come after `args`, so `_actor_main` takes `(target, block name, layout, actor id, args,
 req, resp)`.
 """
@@ -284,10 +286,19 @@ class Supervisor:
             self.restart(worker, *args)
         return ended
 
-    def shutdown(self, timeout: float = 2.0, drain: Callable[[], Any] | None = None) -> None:
-        """Wait up to `timeout` s for every worker to exit (the caller asks them to first),
+    def shutdown(
+        self, timeout: float = 2.0, drain: Callable[[], Any] | None = None, hang_up: bool = False
+    ) -> None:
+        """Wait up to `timeout` s for every worker to exit (the caller asks them to first, or
+        `hang_up` closes the parent's pipe ends first, for workers that stop at end of file;
+        under "fork" a worker also holds the ends of those started before it, so those see no
+        end of file until it exits),
         calling `drain()` meanwhile (to read pipes a worker may be blocked writing to); kill the
         rest, reap all, call `drain()` once more and close every pipe. Safe to call twice."""
+        if hang_up:
+            for w in self.workers:
+                for conn in w.conns:
+                    conn.close()
         deadline = time.monotonic() + timeout
         while (live := [w for w in self.workers if w.running]) and (
             left := deadline - time.monotonic()
