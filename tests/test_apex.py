@@ -59,6 +59,15 @@ def test_short_run_folder_checkpoint_eval_and_resume(tmp_path: Path, capsys) -> 
     assert "2 episodes" in capsys.readouterr().out
 
 
+def test_process_actors_feed_the_replay_table(tmp_path: Path) -> None:
+    args = ["train", "apex", "--env", "CartPole-v1", "--total-steps", "4000", "--learning-starts",
+            "1000", "--process-actors", "--runs-dir", str(tmp_path), "--name", "run"]  # fmt: skip
+    assert cli.main(args) == 0
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert state["global_step"] >= 4000 and state["updates"] > 0
+    assert metric(tmp_path / "run", "charts/episodic_return")
+
+
 @pytest.mark.slow
 def test_four_actors_learn_cartpole(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"

@@ -53,9 +53,9 @@ from onebox.sampling.inference import InferenceServer
 
 PRESETS: dict[str, dict[str, Any]] = {
     "classic": dict(
-        total_steps=100_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=1e-3,
+        total_steps=100_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=5e-4,
         buffer_size=50_000, batch_size=64, learning_starts=2_000, target_update=250,
-        max_grad_norm=10.0, samples_per_insert=8.0,
+        max_grad_norm=10.0, samples_per_insert=16.0,
     ),
     "atari": dict(
         total_steps=50_000_000, actors=8, envs_per_actor=16, unroll=16,
@@ -92,7 +92,7 @@ class Config:
     eps_alpha: float = 7.0
     """See eps_base."""
     learning_rate: float | None = None
-    """Adam learning rate (preset: 1e-3 classic, 0.00025 / 4 Atari)."""
+    """Adam learning rate (preset: 5e-4 classic, 0.00025 / 4 Atari)."""
     gamma: float = 0.99
     """Discount factor."""
     n_step: int = 3
@@ -108,7 +108,7 @@ class Config:
     samples_per_insert: float | None = None
     """Rate limit: actors wait while the transitions they inserted exceed those the learner
     sampled divided by this (plus one unroll per actor); 0 = no limit, the actors run free as
-    in Ape-X (preset: 8 classic, 0 Atari)."""
+    in Ape-X (preset: 16 classic, 0 Atari)."""
     priority_alpha: float = 0.6
     """How much priorities shape sampling (0: uniform)."""
     priority_beta: float = 0.4
