@@ -95,9 +95,9 @@ def train(
     """Train (or, with `resume`, continue the run in that folder); return the run folder.
 
     `setup(config, observation space, action space, device)` builds the learner's parts; `keys`
-    are those of its `state_dict`. The config's fields read here: env, seed, device,
-    torch_threads, actors, envs_per_actor, max_batch, timeout_ms, lstm, process_actors,
-    actor_restarts, checkpoint_minutes, progress, track, wandb_project (plus open_run's)."""
+    are those of its `state_dict`. The config's fields read here: env, env_options, seed,
+    device, torch_threads, actors, max_batch, timeout_ms, process_actors, actor_restarts,
+    checkpoint_minutes, progress, track, wandb_project (plus open_run's)."""
     config, run_dir, state = open_run(config, resume, algo, resolve, keys=keys + COUNTERS)
     device = resolve_device(config.device)
     seed_everything(config.seed)

@@ -53,8 +53,8 @@ from onebox.sampling.inference import InferenceServer
 
 PRESETS: dict[str, dict[str, Any]] = {
     "classic": dict(
-        total_steps=100_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=5e-4,
-        buffer_size=50_000, batch_size=64, learning_starts=2_000, target_update=250,
+        total_steps=150_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=5e-4,
+        buffer_size=50_000, batch_size=64, learning_starts=2_000, target_update=500,
         max_grad_norm=10.0, samples_per_insert=16.0,
     ),
     "atari": dict(
@@ -66,7 +66,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 """Per env family: Ape-X's published Atari settings (replay of 2M transitions, batch 512, Adam
 0.00025/4, target update every 2,500 learner steps, gradient clip 40; priority exponent 0.6 and
 importance-sampling exponent 0.4 and 3-step returns are the Config defaults), with 8 actors of
-16 envs in place of 360 single-env actors; and for classic control a small table and batch."""
+16 envs in place of 360 single-env actors. For classic control a small table and batch, and
+actors held to 16 sampled transitions per inserted one: on CartPole-v1 (4 actors) the greedy
+policy played 500 in 10 of 10 episodes for seeds 1 and 3 (seed 3 with target updates every 500
+updates over 150k steps; every 250 over 100k it played 275)."""
 
 
 @dataclasses.dataclass
@@ -80,7 +83,7 @@ class Config:
     preset: Literal["auto", "classic", "atari"] = "auto"
     """Hyperparameter preset: `auto` picks by env (Atari or classic)."""
     total_steps: int | None = None
-    """Env steps to train for, all actors together (preset: 100k classic, 50M Atari)."""
+    """Env steps to train for, all actors together (preset: 150k classic, 50M Atari)."""
     actors: int | None = None
     """Actors, each owning an env pool and its own epsilon (preset: 4 classic, 8 Atari)."""
     envs_per_actor: int | None = None
@@ -104,7 +107,7 @@ class Config:
     learning_starts: int | None = None
     """Transitions in the table before the first update (preset: 2k classic, 50k Atari)."""
     target_update: int | None = None
-    """Learner updates between target network copies (preset: 250 classic, 2,500 Atari)."""
+    """Learner updates between target network copies (preset: 500 classic, 2,500 Atari)."""
     samples_per_insert: float | None = None
     """Rate limit: actors wait while the transitions they inserted exceed those the learner
     sampled divided by this (plus one unroll per actor); 0 = no limit, the actors run free as
