@@ -67,9 +67,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 0.00025/4, target update every 2,500 learner steps, gradient clip 40; priority exponent 0.6 and
 importance-sampling exponent 0.4 and 3-step returns are the Config defaults), with 8 actors of
 16 envs in place of 360 single-env actors. For classic control a small table and batch, and
-actors held to 16 sampled transitions per inserted one: on CartPole-v1 (4 actors) the greedy
-policy played 500 in 10 of 10 episodes for seeds 1 and 3 (seed 3 with target updates every 500
-updates over 150k steps; every 250 over 100k it played 275)."""
+actors held to 16 sampled transitions per inserted one: on CartPole-v1 (4 actors, 150k steps)
+the greedy policy played 500 in every evaluation episode for seeds 1 (20 episodes) and 3 (10),
+while the last 20 training episodes, actor 0's exploring with epsilon 0.4 among them, averaged
+374 and 410 (target updates every 250 updates over 100k steps: seed 3's greedy policy 275)."""
 
 
 @dataclasses.dataclass
