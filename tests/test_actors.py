@@ -1,6 +1,7 @@
-"""Actors of the actor-learner loop: unrolls record what happened, truncated episodes are
-bootstrapped from their final observation, recurrent unrolls carry their start state, and the
-process actors' shared-memory ring hands over only complete unrolls, oldest first."""
+"""Actors of the actor-learner loop: unrolls record what happened (terminated and truncated
+apart, with the bootstrap input of truncated episodes), the learner bootstraps truncation once,
+recurrent unrolls carry their start state, and the process actors' shared-memory ring hands over
+only complete unrolls, oldest first."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from onebox.algos.impala import bootstrap_truncated, stack
 from onebox.nn.networks import ActorCritic
 from onebox.sampling.actors import (
+    ACTOR_CRITIC_OUTPUTS,
     ActorSpec,
     LocalPolicy,
+    Unroll,
     UnrollRing,
     Weights,
     collect,
@@ -25,7 +29,7 @@ GAMMA = 0.9
 
 def spec(**kw) -> ActorSpec:
     base = dict(env="CartPole-v1", num_envs=3, num_threads=1, env_options={"max_episode_steps": 4},
-                unroll=6, gamma=GAMMA, lstm=None)  # fmt: skip
+                unroll=6, outputs=ACTOR_CRITIC_OUTPUTS, lstm=None)  # fmt: skip
     return ActorSpec(**{**base, **kw})
 
 
@@ -47,30 +51,59 @@ def run_collect(s: ActorSpec, infer, unrolls: int = 2) -> list[dict]:
     return out
 
 
-def test_truncated_rewards_are_bootstrapped_from_the_final_observation() -> None:
+def test_truncated_rewards_are_bootstrapped_once_in_the_learner_from_the_final_observation():
     calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def infer(ids, obs, starts):  # alternate actions (CartPole survives 4 steps); V = sum(obs)
         calls.append((ids.copy(), obs.copy(), starts.copy()))
         actions = np.full(len(ids), len(calls) % 2, np.int64)
-        return InferResult(actions, np.full(len(ids), -0.5, np.float32),
-                           obs.sum(1).astype(np.float32), 7)  # fmt: skip
+        outputs = {"logprobs": np.full(len(ids), -0.5, np.float32),
+                   "values": obs.sum(1).astype(np.float32)}  # fmt: skip
+        return InferResult(actions, outputs, 7)
 
     u1, u2 = run_collect(spec(), infer)
     # Steps 0..3 form episode 1 (truncated at step 3), steps 4..5 start episode 2.
     assert u1["starts"][:, 0].tolist() == [True, False, False, False, True, False]
-    assert u1["ends"][:, 0].tolist() == [False, False, False, True, False, False]
+    assert u1["truncated"][:, 0].tolist() == [False, False, False, True, False, False]
+    assert not u1["terminated"].any()
     assert u2["starts"][:, 0].tolist() == [False, False, True, False, False, False]
     # Requests: steps 0-3, then the final observations of the 3 truncated episodes (no start
     # flags: a recurrent policy values them from the episodes' own states), then step 4.
     ids, final_obs, starts = calls[4]
     assert ids.tolist() == [0, 1, 2] and not starts.any() and calls[5][2].all()
-    np.testing.assert_allclose(u1["rewards"][3], 1.0 + GAMMA * final_obs.sum(1), rtol=1e-6)
-    assert np.array_equal(u1["rewards"][[0, 1, 2, 4, 5]], np.ones((5, 3)))
+    np.testing.assert_array_equal(u1["final_obs"][3], final_obs)
+    np.testing.assert_array_equal(u1["final_obs"][:3], u1["obs"][1:4])  # else the next obs
+    np.testing.assert_allclose(u1["final.values"][3], final_obs.sum(1), rtol=1e-6)
+    assert not u1["final.values"][[0, 1, 2, 4, 5]].any()
+    # The actor bootstraps nothing: the rewards are the env's.
+    assert np.array_equal(u1["rewards"], np.ones((6, 3)))
+    # The learner's transform bootstraps the truncated step, once: hand-computed.
+    unroll = Unroll.from_arrays(u1, *u1["episodes"])
+    batch = bootstrap_truncated(stack([unroll], torch.device("cpu")), GAMMA)
+    rewards = batch["rewards"].numpy()
+    np.testing.assert_allclose(rewards[3], 1.0 + GAMMA * final_obs.sum(1), rtol=1e-6)
+    assert np.array_equal(rewards[[0, 1, 2, 4, 5]], np.ones((5, 3)))
+    assert batch["ends"][:, 0].tolist() == [False, False, False, True, False, False]
     assert u1["episodes"] == ([4.0, 4.0, 4.0], [4, 4, 4])  # the true returns, not bootstrapped
-    assert (u1["versions"] == 7).all() and (u1["logprobs"] == -0.5).all()
+    assert (u1["versions"] == 7).all() and (u1["out.logprobs"] == -0.5).all()
     # next_obs of unroll 1 is the first observation of unroll 2.
     assert np.array_equal(u1["next_obs"], u2["obs"][0])
+
+
+def test_terminated_steps_are_not_bootstrapped() -> None:
+    t, n = 2, 1
+    arrays = {
+        "obs": np.zeros((t, n, 4), np.float32), "actions": np.zeros((t, n), np.int64),
+        "rewards": np.ones((t, n), np.float32), "terminated": np.array([[True], [True]]),
+        "truncated": np.array([[False], [True]]), "starts": np.zeros((t, n), np.bool_),
+        "versions": np.zeros((t, n), np.int64), "final_obs": np.zeros((t, n, 4), np.float32),
+        "next_obs": np.zeros((n, 4), np.float32), "out.logprobs": np.zeros((t, n), np.float32),
+        "out.values": np.zeros((t, n), np.float32), "final.logprobs": np.zeros((t, n), np.float32),
+        "final.values": np.full((t, n), 5.0, np.float32),
+    }  # fmt: skip
+    batch = bootstrap_truncated(stack([Unroll.from_arrays(arrays, [], [])], "cpu"), GAMMA)
+    assert batch["rewards"][:, 0].tolist() == [1.0, 1.0]  # terminated (and truncated): no value
+    assert batch["ends"].all()
 
 
 def test_local_policy_records_start_states_and_resets_them() -> None:
@@ -89,7 +122,7 @@ def test_local_policy_records_start_states_and_resets_them() -> None:
     d, _, _ = net.unroll(torch.as_tensor(u2["obs"]), torch.as_tensor(u2["starts"]),
                          (torch.as_tensor(u2["h"]), torch.as_tensor(u2["c"])))  # fmt: skip
     logprobs = d.log_prob(torch.as_tensor(u2["actions"]).flatten()).view(6, 3)
-    np.testing.assert_allclose(logprobs.detach().numpy(), u2["logprobs"], atol=1e-5)
+    np.testing.assert_allclose(logprobs.detach().numpy(), u2["out.logprobs"], atol=1e-5)
 
 
 def test_ring_hands_over_complete_unrolls_oldest_first() -> None:

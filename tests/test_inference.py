@@ -20,10 +20,13 @@ OBS = spaces.Box(-1e6, 1e6, (3,), np.float32)
 ACT = spaces.Discrete(1_000_000)
 
 
-def code_policy(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+OUTPUTS = {"logprobs": ((), np.float32), "values": ((), np.float32)}
+
+
+def code_policy(obs: torch.Tensor, actor_ids, env_ids) -> dict[str, torch.Tensor]:
     """Action = 1000 * obs[0] + obs[1]: a known function of each observation."""
     action = (obs[:, 0] * 1000 + obs[:, 1]).long()
-    return action, -obs[:, 1], 2 * obs[:, 0]
+    return {"actions": action, "logprobs": -obs[:, 1], "values": 2 * obs[:, 0]}
 
 
 def observations(actor: int, env_ids: np.ndarray, step: int) -> np.ndarray:
@@ -62,7 +65,7 @@ def test_concurrent_thread_and_process_actors_each_get_their_own_actions() -> No
                 errors.append(f"thread actor {actor} step {step}: values")
 
     with InferenceServer(
-        code_policy, OBS, ACT, max_batch=32, timeout_ms=0.5, max_restarts=0
+        code_policy, OBS, ACT, max_batch=32, timeout_ms=0.5, max_restarts=0, outputs=OUTPUTS
     ) as server:
         for actor in range(3):
             server.spawn(100 + actor, echo_actor, num_envs, args=(steps, num_envs))
@@ -79,7 +82,9 @@ def test_concurrent_thread_and_process_actors_each_get_their_own_actions() -> No
 
 
 def test_requests_merge_up_to_max_batch() -> None:
-    with InferenceServer(code_policy, OBS, ACT, max_batch=4, timeout_ms=1_500) as server:
+    with InferenceServer(
+        code_policy, OBS, ACT, max_batch=4, timeout_ms=1_500, outputs=OUTPUTS
+    ) as server:
         ids = np.array([0])
         pending = [server.submit(a, ids, observations(a, ids, 7)) for a in range(4)]
         results = [p.wait(timeout=30) for p in pending]
@@ -97,7 +102,9 @@ def test_requests_merge_up_to_max_batch() -> None:
 
 
 def test_a_lone_request_is_answered_after_the_timeout() -> None:
-    with InferenceServer(code_policy, OBS, ACT, max_batch=1000, timeout_ms=20) as server:
+    with InferenceServer(
+        code_policy, OBS, ACT, max_batch=1000, timeout_ms=20, outputs=OUTPUTS
+    ) as server:
         ids = np.array([2, 0])
         result = server.infer(5, ids, observations(5, ids, 3), timeout=30)
         assert result.actions.tolist() == expected(5, ids, 3).tolist()
@@ -105,11 +112,10 @@ def test_a_lone_request_is_answered_after_the_timeout() -> None:
         assert server.calls == 1
 
 
-def counting_lstm(obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]) -> tuple:
+def counting_lstm(obs: torch.Tensor, actor_ids, env_ids, state) -> tuple:
     """h counts the steps since the last reset; c sums obs[0]. The action is that count."""
     h, c = state
-    action = h[:, 0].long()
-    return action, torch.zeros(len(obs)), c[:, 0], (h + 1, c + obs[:, :1])
+    return {"actions": h[:, 0].long()}, (h + 1, c + obs[:, :1])
 
 
 def test_lstm_state_is_kept_per_actor_and_env_and_reset() -> None:
@@ -134,13 +140,14 @@ def test_lstm_state_is_kept_per_actor_and_env_and_reset() -> None:
 def test_version_counts_weight_updates_and_errors_reach_the_actor() -> None:
     net = torch.nn.Linear(3, 1)
 
-    def policy(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def policy(obs: torch.Tensor, actor_ids, env_ids) -> dict[str, torch.Tensor]:
         value = net(obs)[:, 0]
         if (obs[:, 2] < 0).any():
             raise FloatingPointError("negative obs")
-        return torch.zeros(len(obs), dtype=torch.long), torch.zeros(len(obs)), value
+        return {"actions": torch.zeros(len(obs), dtype=torch.long), "values": value}
 
-    with InferenceServer(policy, OBS, ACT, max_batch=8, timeout_ms=0) as server:
+    outputs = {"values": ((), np.float32)}
+    with InferenceServer(policy, OBS, ACT, max_batch=8, timeout_ms=0, outputs=outputs) as server:
         obs = np.ones((2, 3), np.float32)
         assert server.infer(0, [0, 1], obs).version == 0
         with server.updating():

@@ -1,7 +1,7 @@
 """The `onebox` command line.
 
     onebox envs                 list the envs
-    onebox train ALGO           train an agent (ppo, a2c, a3c, impala, appo, dqn, pqn, sac);
+    onebox train ALGO           train an agent (ppo, a2c, a3c, impala, appo, apex, dqn, pqn, sac);
                                 `onebox train --resume RUN` continues a run
     onebox eval RUN             play a run's policy, optionally to a video
     onebox bench envs           env steps/s of onebox next to Gymnasium and EnvPool
@@ -92,7 +92,8 @@ class EvalConfig:
 
 COMMANDS: dict[str, Command | Group] = {
     "train": Group(
-        "Train an agent: `ppo`, `a2c`, `a3c`, `impala`, `appo`, `dqn`, `pqn`, `sac`; `onebox train "
+        "Train an agent: `ppo`, `a2c`, `a3c`, `impala`, `appo`, `apex`, `dqn`, `pqn`, `sac`; "
+        "`onebox train "
         "--resume RUN` continues a run.",
         {
             "ppo": Command(
@@ -108,6 +109,11 @@ COMMANDS: dict[str, Command | Group] = {
             "appo": Command(
                 "APPO: IMPALA's actors and inference, PPO's clipped loss on V-trace targets.",
                 config="onebox.algos.appo:Config",
+                run="onebox.algos.launch:train",
+            ),
+            "apex": Command(
+                "Ape-X DQN: actors with their own epsilons, central inference, prioritized replay.",
+                config="onebox.algos.apex:Config",
                 run="onebox.algos.launch:train",
             ),
             "a2c": Command(

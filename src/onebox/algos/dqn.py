@@ -161,6 +161,23 @@ def td_target(
     return returns + discounts * next_q_target.gather(-1, best).squeeze(-1)
 
 
+def td_errors(
+    q: nn.Module, target: nn.Module, batch: ReplayBatch, double: bool, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q(s, a) - y for a batch of n-step transitions (y from `td_target`, double DQN if
+    `double`), and Q(s, a); gradients flow through Q(s, a) only. Shared with Ape-X."""
+
+    def tensor(x: Any) -> torch.Tensor:
+        return torch.as_tensor(x, device=device)
+
+    obs, next_obs = tensor(batch.obs), tensor(batch.next_obs)
+    with torch.no_grad():
+        next_online = q(next_obs) if double else None
+        y = td_target(tensor(batch.returns), tensor(batch.discounts), target(next_obs), next_online)
+    q_taken = q(obs).gather(1, tensor(batch.actions).long().unsqueeze(1)).squeeze(1)
+    return q_taken - y, q_taken
+
+
 class Agent:
     """Q-network, target network and optimizer: what a checkpoint restores."""
 
@@ -183,14 +200,7 @@ class Agent:
 
     def update(self, batch: ReplayBatch, step: int) -> tuple[dict[str, float], torch.Tensor | None]:
         c = self.config
-        obs, next_obs = self._tensor(batch.obs), self._tensor(batch.next_obs)
-        returns, discounts = self._tensor(batch.returns), self._tensor(batch.discounts)
-        with torch.no_grad():
-            next_online = self.q(next_obs) if c.double else None
-            y = td_target(returns, discounts, self.target(next_obs), next_online)
-        actions = self._tensor(batch.actions).long()
-        q_taken = self.q(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
-        td = q_taken - y
+        td, q_taken = td_errors(self.q, self.target, batch, c.double, self.device)
         loss = (self._tensor(batch.weights) * td.pow(2)).mean()
         self.optimizer.zero_grad()
         loss.backward()

@@ -3,7 +3,8 @@ V-trace correcting for the policy lag.
 
     onebox train impala --env CartPole-v1 --actors 2
 
-Actors (threads, or with `--process-actors` processes restarted if they die; see
+The actor-learner loop is `onebox.algos.actor_learner`'s, with a FIFO channel of unrolls. Actors
+(threads, or with `--process-actors` processes restarted if they die; see
 `onebox.sampling.actors`) each own an env pool. They only step envs: every step's observations go
 to the `InferenceServer`, which batches all actors' requests into one forward pass of the current
 network (SEED RL's central inference), or with `--inference local` each actor runs its own copy
@@ -18,17 +19,15 @@ is logged as `charts/policy_lag`.
 With `--lstm H` the network has an LSTM core: the server (or the local actor) keeps each env's
 state, unrolls record the state they start from, and the learner replays each unroll from it.
 
-Truncated episodes arrive with their last reward already bootstrapped by the actor from the
-behaviour value of the final observation, so V-trace treats every episode end alike.
+Unrolls keep `terminated` and `truncated` apart, with the behaviour value of a truncated
+episode's final observation; the learner's transform (`bootstrap_truncated`) folds it into that
+step's reward once, r + gamma V(final obs), so V-trace then treats every episode end alike.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
-import queue
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -39,27 +38,27 @@ from torch import nn
 
 import onebox.envs
 from onebox import run
+from onebox.algos import actor_learner
 from onebox.algos.common import (
     check_lstm,
     check_positive,
     fill_preset,
     greedy_policy,
-    open_run,
     parse_env_options,
     probe_env,
     resolve_device,
-    seed_everything,
 )
 from onebox.algos.vtrace import vtrace
 from onebox.nn.networks import ActorCritic
 from onebox.sampling.actors import (
+    ACTOR_CRITIC_OUTPUTS,
     ActorSpec,
     LocalPolicy,
-    ProcessActors,
-    ThreadActor,
     Unroll,
     Weights,
+    actor_critic_policy,
 )
+from onebox.sampling.channels import FifoChannel
 from onebox.sampling.inference import InferenceServer
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -205,22 +204,23 @@ def resolve(config: Config, presets: dict[str, dict[str, Any]] = PRESETS) -> Con
 
 
 def actor_spec(config: Config) -> ActorSpec:
-    """What each actor runs: its envs and its unroll length."""
+    """What each actor runs: its envs, its unroll length and what it records."""
     return ActorSpec(
         env=config.env,
         num_envs=config.envs_per_actor or 1,
         num_threads=config.num_threads,
         env_options=parse_env_options(config.env_options),
         unroll=config.unroll or 1,
-        gamma=config.gamma,
+        outputs=ACTOR_CRITIC_OUTPUTS,
         lstm=config.lstm,
     )
 
 
-def make_agent(config: Config, envs: Any, device: torch.device) -> tuple[ActorCritic, Any]:
-    """The network for the pool's spaces (with the config's LSTM core) and its optimizer."""
-    spaces_ = (envs.single_observation_space, envs.single_action_space)
-    net = ActorCritic(*spaces_, lstm=config.lstm).to(device)
+def make_agent(
+    config: Config, obs_space: Any, act_space: Any, device: torch.device
+) -> tuple[ActorCritic, Any]:
+    """The network for the env's spaces (with the config's LSTM core) and its optimizer."""
+    net = ActorCritic(obs_space, act_space, lstm=config.lstm).to(device)
     if config.optimizer == "rmsprop":
         opt: Any = torch.optim.RMSprop(net.parameters(), lr=config.learning_rate or 0.0, eps=0.01)
     else:
@@ -229,15 +229,17 @@ def make_agent(config: Config, envs: Any, device: torch.device) -> tuple[ActorCr
 
 
 def stack(unrolls: list[Unroll], device: torch.device) -> dict[str, Any]:
-    """Batch unrolls side by side: (T, B) tensors with B = unrolls x envs."""
+    """Batch unrolls side by side: (T, B) tensors with B = unrolls x envs; `logprobs` are the
+    behaviour log-probabilities, `final_values` the behaviour values of truncated episodes'
+    final observations."""
 
-    def cat(name: str) -> torch.Tensor:
-        return torch.as_tensor(
-            np.concatenate([getattr(u, name) for u in unrolls], 1), device=device
-        )
+    def cat(arrays: list[np.ndarray]) -> torch.Tensor:
+        return torch.as_tensor(np.concatenate(arrays, 1), device=device)
 
-    keys = ("obs", "actions", "logprobs", "rewards", "ends", "starts", "versions")
-    out: dict[str, Any] = {k: cat(k) for k in keys}
+    keys = ("obs", "actions", "rewards", "terminated", "truncated", "starts", "versions")
+    out: dict[str, Any] = {k: cat([getattr(u, k) for u in unrolls]) for k in keys}
+    out["logprobs"] = cat([u.outputs["logprobs"] for u in unrolls])
+    out["final_values"] = cat([u.final["values"] for u in unrolls])
     out["next_obs"] = torch.as_tensor(np.concatenate([u.next_obs for u in unrolls]), device=device)
     out["state"] = None
     if unrolls[0].state is not None:
@@ -246,6 +248,15 @@ def stack(unrolls: list[Unroll], device: torch.device) -> dict[str, Any]:
             for j in (0, 1)
         )
     return out
+
+
+def bootstrap_truncated(batch: dict[str, Any], gamma: float) -> dict[str, Any]:
+    """The learner's transform of a stacked batch, the one place truncation is bootstrapped:
+    a truncated (not terminated) step's reward becomes r + gamma * V(final obs), and `ends`
+    (terminated or truncated) cuts V-trace's bootstrapping at every episode end."""
+    cut = batch["truncated"] & ~batch["terminated"]
+    rewards = batch["rewards"] + gamma * batch["final_values"] * cut
+    return {**batch, "rewards": rewards, "ends": batch["terminated"] | batch["truncated"]}
 
 
 def bootstrap_value(net: ActorCritic, batch: dict[str, Any], state: Any) -> torch.Tensor:
@@ -295,11 +306,41 @@ def train(config: Config, resume: Path | None = None) -> Path:
     return train_async(config, resume, "impala", resolve, update)
 
 
-CHECKPOINT_KEYS = ("net", "optimizer", "updates", "global_step", "elapsed", "rng")
-"""What an IMPALA or APPO checkpoint holds."""
+CHECKPOINT_KEYS = ("net", "optimizer")
+"""What an IMPALA or APPO checkpoint holds besides the loop's counters."""
 
 UpdateFn = Callable[[Any, ActorCritic, Any, InferenceServer, dict[str, Any]], dict[str, float]]
 """(config, net, optimizer, server, batch) -> stats: one learner step on a batch of unrolls."""
+
+
+class Learner:
+    """IMPALA's and APPO's learner: an `ActorCritic` served to the actors, stacked unrolls
+    through `bootstrap_truncated`, then `update_fn`; the learning rate annealed per update."""
+
+    def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device,
+                 update_fn: UpdateFn) -> None:  # fmt: skip
+        self.config, self.device, self.update_fn = config, device, update_fn
+        self.net, self.opt = make_agent(config, obs_space, act_space, device)
+        self.policy = actor_critic_policy(self.net)
+        self.outputs = ACTOR_CRITIC_OUTPUTS
+        self.num_updates = max(1, (config.total_steps or 1) // config.batch_size)
+        self.updates = 0
+
+    def update(self, unrolls: list[Unroll], server: InferenceServer) -> dict[str, float]:
+        c = self.config
+        if c.anneal_lr:
+            self.opt.param_groups[0]["lr"] = (1 - self.updates / self.num_updates) * c.learning_rate
+        batch = bootstrap_truncated(stack(unrolls, self.device), c.gamma)
+        self.updates += 1
+        return self.update_fn(c, self.net, self.opt, server, batch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "optimizer": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.updates = state["updates"]
 
 
 def train_async(
@@ -309,120 +350,26 @@ def train_async(
     resolve_fn: Callable[[Any], Any],
     update_fn: UpdateFn,
 ) -> Path:
-    """The actor-learner loop shared by IMPALA and APPO: actors on the inference server feed
-    unrolls to `update_fn`; the run folder, logs, checkpoints and resume as PPO's."""
-    config, run_dir, state = open_run(config, resume, algo, resolve_fn, keys=CHECKPOINT_KEYS)
-    assert config.total_steps is not None and config.actors is not None
-    device = resolve_device(config.device)
-    seed_everything(config.seed)
-    torch.set_num_threads(config.torch_threads or 1)
-    spec = actor_spec(config)
-    with spec.make_pool(config.seed, num_envs=1) as probe:
-        net, opt = make_agent(config, probe, device)
-        obs_space, act_space = probe.single_observation_space, probe.single_action_space
-    updates, global_step, elapsed = 0, 0, 0.0
-    if state is not None:
-        net.load_state_dict(state["net"])
-        opt.load_state_dict(state["optimizer"])
-        updates, global_step, elapsed = state["updates"], state["global_step"], state["elapsed"]
-        run.set_rng_state(state["rng"])
-    num_updates = max(1, config.total_steps // config.batch_size)
-    # Env states cannot be saved: on resume the envs restart with seeds no earlier run used.
-    seed0 = config.seed + 10_000 * updates
+    """IMPALA's and APPO's run: `onebox.algos.actor_learner`'s loop with a FIFO channel of
+    unrolls and `update_fn` as the learner's step."""
 
-    # A batch is full once every actor has asked: no actor then waits out the timeout.
-    n = config.envs_per_actor or 1
-    max_batch = min(config.max_batch, config.actors * n)
-    policy_fn = (lambda x, s: net.step(x, None, s)) if net.recurrent else net.act
-    server = InferenceServer(policy_fn, obs_space, act_space, max_batch, config.timeout_ms,
-                             device, lstm=config.lstm, max_restarts=config.actor_restarts)  # fmt: skip
-    server.version = updates
-    unrolls: queue.Queue[Unroll] = queue.Queue(maxsize=config.queue_unrolls or 1)
-    weights = Weights(net, updates) if config.inference == "local" else None
-    seeds = [seed0 + a * n for a in range(config.actors)]
-    threads: list[ThreadActor] = []
-    procs: ProcessActors | None = None
-    if not config.process_actors:
-        for a in range(config.actors):
-            infer = (
-                LocalPolicy(weights, copy.deepcopy(net), n) if weights is not None
-                else functools.partial(server.infer, a)
-            )  # fmt: skip
-            threads.append(ThreadActor(a, spec, infer, unrolls, seeds[a]))
+    def setup(config: Config, obs_space: Any, act_space: Any, device: torch.device) -> Any:
+        learner = Learner(config, obs_space, act_space, device, update_fn)
+        n = config.envs_per_actor or 1
 
-    def check_actors() -> None:
-        for actor in threads:
-            if actor.error is not None:
-                raise RuntimeError(f"{actor.name} failed") from actor.error
-        if procs is not None:
-            procs.check()
+        def local(actor: int, weights: Weights) -> LocalPolicy:
+            return LocalPolicy(weights, copy.deepcopy(learner.net), n, actor)
 
-    logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
-                        project=config.wandb_project, config=config)  # fmt: skip
-    checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
-    split = run.TimeSplit()
+        return actor_learner.Setup(
+            spec=actor_spec(config),
+            learner=learner,
+            channel=FifoChannel(config.queue_unrolls or 1, config.batch_unrolls or 1),
+            total_steps=learner.num_updates * config.batch_size,
+            local=local if config.inference == "local" else None,
+            sync_every=config.sync_every,
+        )
 
-    def save() -> None:
-        logger.flush()
-        checkpointer.save({
-            "net": net.state_dict(), "optimizer": opt.state_dict(), "updates": updates,
-            "global_step": global_step, "elapsed": logger.elapsed(), "rng": run.rng_state(),
-        })  # fmt: skip
-
-    start_time, start_step = time.perf_counter(), global_step
-    with (
-        run.Progress(config.total_steps, start_step=global_step, enabled=config.progress,
-                     description=f"{algo} {config.env}") as progress,
-        run.GracefulInterrupt() as interrupt,
-    ):  # fmt: skip
-        try:
-            for actor in threads:
-                actor.start()
-            if config.process_actors:
-                procs = ProcessActors(config.actors, spec, server, unrolls, seeds)
-            while updates < num_updates and not interrupt.requested:
-                if config.anneal_lr:
-                    opt.param_groups[0]["lr"] = (1 - updates / num_updates) * config.learning_rate
-                batch = []
-                with split("wait"):
-                    while len(batch) < (config.batch_unrolls or 1):
-                        try:
-                            batch.append(unrolls.get(timeout=1.0))
-                        except queue.Empty:
-                            check_actors()
-                with split("learn"):
-                    stats = update_fn(config, net, opt, server, stack(batch, device))
-                updates += 1
-                if weights is not None and updates % config.sync_every == 0:
-                    weights.publish(net, server.version)
-                global_step += config.batch_size
-                returns = [r for u in batch for r in u.returns]
-                if returns:
-                    logger.episodes(global_step, returns, [x for u in batch for x in u.lengths])
-                stats["charts/SPS"] = (global_step - start_step) / (
-                    time.perf_counter() - start_time
-                )
-                stats.update({f"time/{k}": v for k, v in split.fractions().items()})
-                if procs is not None:
-                    stats["charts/actor_restarts"] = procs.restarts()
-                logger.scalars(global_step, stats)
-                progress.update(global_step, logger.recent_return)
-                if checkpointer.due():
-                    save()
-            save()
-        finally:
-            if procs is not None:
-                procs.close()
-            for actor in threads:
-                actor.stop.set()
-            server.close()
-            for actor in threads:
-                actor.join()
-            if procs is not None:
-                procs.release()
-            logger.close()
-    run.plot_curves(run_dir)
-    return run_dir
+    return actor_learner.train(config, resume, algo, resolve_fn, setup, CHECKPOINT_KEYS)
 
 
 def resume(run_dir: Path) -> Path:
@@ -434,6 +381,7 @@ def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
     state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)
     with actor_spec(config).make_pool(config.seed, num_envs=1) as probe:
-        net, _ = make_agent(config, probe, torch.device(device))
+        spaces_ = (probe.single_observation_space, probe.single_action_space)
+        net, _ = make_agent(config, *spaces_, torch.device(device))
     net.load_state_dict(state["net"])
     return greedy_policy(net, device)

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -100,13 +100,20 @@ def measure(config: InferenceBenchConfig, kind: str, actors: int, max_batch: int
     envs, total = config.envs_per_actor, config.warmup + config.seconds
     policy = _policy()
 
-    def policy_fn(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return policy.act(obs)
+    def policy_fn(obs: torch.Tensor, actor_ids: Any, env_ids: Any) -> dict[str, torch.Tensor]:
+        action, logprob, value = policy.act(obs)
+        return {"actions": action, "logprobs": logprob, "values": value}
 
     logs: list[np.ndarray] = []
     with (
         InferenceServer(
-            policy_fn, OBS, ACT, max_batch, config.timeout_ms, max_restarts=0
+            policy_fn,
+            OBS,
+            ACT,
+            max_batch,
+            config.timeout_ms,
+            max_restarts=0,
+            outputs={"logprobs": ((), np.float32), "values": ((), np.float32)},
         ) as server,
         tempfile.TemporaryDirectory() as tmp,
     ):

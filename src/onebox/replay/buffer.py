@@ -143,12 +143,16 @@ class ReplayBuffer:
         truncated: Any,
         next_obs: Any,
         priorities: Any = None,
+        envs: Any = None,
     ) -> None:
-        """One env step of every env (row i is env i). `next_obs` is the true next observation
-        (the final one where an episode ended). `priorities`: optional TD-error magnitudes of the
-        transitions that start at this step (Ape-X's actor priorities; NaN: the max), applied when
-        their n-step returns complete; without them new transitions get the max priority."""
-        n = self.num_envs
+        """One env step of every env (row i is env i), or with `envs` (increasing env ids) of
+        those envs only (row i is env envs[i]: Ape-X's actors each add their own envs).
+        `next_obs` is the true next observation (the final one where an episode ended).
+        `priorities`: optional TD-error magnitudes of the transitions that start at this step
+        (Ape-X's actor priorities; NaN: the max), applied when their n-step returns complete;
+        without them new transitions get the max priority."""
+        rows = self._check_envs(envs)
+        n = len(rows)
         obs = check_obs("obs", obs, (n, *self.obs_shape), self.obs_dtype)
         next_obs = check_obs("next_obs", next_obs, (n, *self.obs_shape), self.obs_dtype)
         actions = as_batch("actions", actions, (n, *self.action_shape), self.action_dtype)
@@ -163,12 +167,13 @@ class ReplayBuffer:
             prio = as_batch("priorities", priorities, (n,), np.dtype(np.float64))
         staged = {"action": actions, "priority": prio}
         if self.frames is not None:
-            staged["obs_pos"], next_pos = self.frames.put(obs, next_obs)
+            staged["obs_pos"], next_pos = self.frames.put(obs, next_obs, rows)
         else:
             staged["obs"] = obs
-        out = self.staging.push(staged, rewards, terminated, truncated)
+        out = self.staging.push(staged, rewards, terminated, truncated, rows)
+        row_of = np.searchsorted(rows, out.envs)  # each emitted transition's row in this step
 
-        counts = np.bincount(out.envs, minlength=n)
+        counts = np.bincount(out.envs, minlength=self.num_envs)
         rank = np.arange(len(out.envs)) - (np.cumsum(counts) - counts)[out.envs]
         slots = out.envs * self.per_env + (self.head[out.envs] + rank) % self.per_env
         self.head += counts
@@ -179,13 +184,27 @@ class ReplayBuffer:
         t["discounts"][slots] = out.discounts
         if self.frames is not None:
             t["obs_pos"][slots] = out.fields["obs_pos"]
-            t["next_pos"][slots] = next_pos[out.envs]
+            t["next_pos"][slots] = next_pos[row_of]
             self._drop_overwritten()
         else:
             t["obs"][slots] = out.fields["obs"]
-            t["next_obs"][slots] = next_obs[out.envs]
+            t["next_obs"][slots] = next_obs[row_of]
         if self.priorities is not None:
             self.priorities.add(slots, out.fields["priority"])
+
+    def _check_envs(self, envs: Any) -> np.ndarray:
+        """`add`'s env ids: all envs, or increasing ids within range."""
+        if envs is None:
+            return np.arange(self.num_envs)
+        rows = np.asarray(envs)
+        if (
+            rows.ndim != 1 or rows.dtype.kind not in "iu" or not len(rows)
+            or rows[0] < 0 or rows[-1] >= self.num_envs or np.any(np.diff(rows) <= 0)
+        ):  # fmt: skip
+            raise ValueError(
+                f"envs must be increasing env ids in [0, {self.num_envs}), got {envs!r}"
+            )
+        return rows.astype(np.int64, copy=False)
 
     def _drop_overwritten(self) -> None:
         """Transitions whose oldest frame has been overwritten leave the table."""

@@ -38,21 +38,25 @@ class FrameStore:
         self.frames[envs[:, None], pos] = stacks
         self.written[envs] += self.stack
 
-    def put(self, obs: np.ndarray, next_obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Store one step of every env: (position of obs, position of next_obs), each the
-        absolute position of the stack's newest frame."""
-        n = self.num_envs
-        same = self.has_last & np.all((obs == self.last).reshape(n, -1), axis=1)
-        self._write_stacks(np.flatnonzero(~same), obs[~same])
-        obs_pos = self.written - 1
+    def put(
+        self, obs: np.ndarray, next_obs: np.ndarray, envs: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Store one step of every env (or of the envs `envs`, row i being env envs[i]):
+        (position of obs, position of next_obs), each the absolute position of the stack's
+        newest frame."""
+        envs = np.arange(self.num_envs) if envs is None else envs
+        n = len(envs)
+        same = self.has_last[envs] & np.all((obs == self.last[envs]).reshape(n, -1), axis=1)
+        self._write_stacks(envs[~same], obs[~same])
+        obs_pos = self.written[envs] - 1
         shifted = np.all((next_obs[:, :-1] == obs[:, 1:]).reshape(n, -1), axis=1)
-        envs = np.flatnonzero(shifted)
-        self.frames[envs, self.written[envs] % self.size] = next_obs[envs, -1]
-        self.written[envs] += 1
-        self._write_stacks(np.flatnonzero(~shifted), next_obs[~shifted])
-        self.last[...] = next_obs
-        self.has_last[:] = True
-        return obs_pos, self.written - 1
+        moved = envs[shifted]
+        self.frames[moved, self.written[moved] % self.size] = next_obs[shifted, -1]
+        self.written[moved] += 1
+        self._write_stacks(envs[~shifted], next_obs[~shifted])
+        self.last[envs] = next_obs
+        self.has_last[envs] = True
+        return obs_pos, self.written[envs] - 1
 
     def stacks(self, envs: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """The stacks whose newest frames are at `pos` in the rings of `envs`."""

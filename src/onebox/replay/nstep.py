@@ -64,32 +64,36 @@ class NStepStaging:
         rewards: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
+        envs: np.ndarray | None = None,
     ) -> Emitted:
-        """Stage one step of every env; return the transitions it completes."""
-        n, envs, ages = self.n_step, self._envs, self._ages
-        slot = (self.head + self.count) % n
+        """Stage one step of every env (or of the envs `envs`, increasing ids, row i being env
+        envs[i]); return the transitions it completes."""
+        n, ages = self.n_step, self._ages
+        envs = self._envs if envs is None else envs
+        head, count = self.head[envs], self.count[envs] + 1
+        slot = (head + count - 1) % n
         for name, value in fields.items():
             self.data[name][envs, slot] = value
         self.rewards[envs, slot] = rewards
-        self.count += 1
         done = terminated | truncated
 
-        ring = (self.head[:, None] + ages) % n  # (envs, n): ring index of each age
-        staged = ages < self.count[:, None]
+        ring = (head[:, None] + ages) % n  # (envs, n): ring index of each age
+        staged = ages < count[:, None]
         returns = (self.rewards[envs[:, None], ring] * staged) @ self._suffix
-        full = self.count == n
+        full = count == n
         emit = staged & (done[:, None] | (full[:, None] & (ages == 0)))
-        env, age = np.nonzero(emit)
-        discounts = self._powers[self.count[env] - age] * ~terminated[env]
-        index = ring[env, age]
+        row, age = np.nonzero(emit)
+        discounts = self._powers[count[row] - age] * ~terminated[row]
+        env, index = envs[row], ring[row, age]
         out = {name: value[env, index] for name, value in self.data.items()}
-        emitted = Emitted(env, out, returns[env, age], discounts)
+        emitted = Emitted(env, out, returns[row, age], discounts)
 
         slide = full & ~done
-        self.head[slide] = (self.head[slide] + 1) % n
-        self.count[slide] -= 1
-        self.head[done] = 0
-        self.count[done] = 0
+        head[slide] = (head[slide] + 1) % n
+        count[slide] -= 1
+        head[done] = 0
+        count[done] = 0
+        self.head[envs], self.count[envs] = head, count
         return emitted
 
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -1,29 +1,31 @@
-"""Actors of the actor-learner loop (IMPALA, APPO): they step env pools and cut the stream into
-unrolls for the learner.
+"""Actors of the actor-learner loop (`onebox.sampling.actor_learner`): they step env pools and cut
+the stream into unrolls, which they hand to a channel (a FIFO for IMPALA/APPO, a replay table for
+Ape-X: the actor code is the same).
 
 An actor owns an env pool. Each step it asks for actions (from the `InferenceServer`, or from its
-own copy of the network synced from the learner) and records observations, actions, behaviour
-log-probabilities, rewards, episode ends and the weights' version that chose each action. Every
-`unroll` steps it hands over an `Unroll`. A truncated (not terminated) episode's last reward is
-bootstrapped at once, `r + gamma * V(final obs)`, with the behaviour value of its final
-observation (asked for like an action, so a recurrent policy values it from the episode's own
-state), so the learner treats every end alike. With an LSTM, the unroll records the state each
-env started it from and `starts`, the flags of observations that begin an episode.
+own copy of the network synced from the learner) and records observations, actions, the policy's
+other named outputs (log-probabilities and values, or Q-values), rewards, `terminated` and
+`truncated` apart, the observation each step led to (the final one where an episode ended) and
+the weights' version that chose each action. Where an episode was truncated it also asks the
+policy about the final observation (as for an action, so a recurrent policy sees it from the
+episode's own state) and records those outputs as `final`: the learner's bootstrap input. The
+actor bootstraps nothing: each learner does that once, in its own transform. With an LSTM, the
+unroll records the state each env started it from and `starts`, the flags of observations that
+begin an episode.
 
 Two kinds:
 
-- `ThreadActor`: a thread of the learner's process; unrolls go on a queue.
+- `ThreadActor`: a thread of the learner's process; unrolls go to the channel.
 - process actors (`ProcessActors`): each a process started by the inference server (and restarted
   by it if it dies), talking to the server through its shared-memory slot. Unrolls go through a
-  ring of slots in shared memory; a collector thread in the learner copies out the full ones. A
-  slot is published only once complete, so an actor killed mid-unroll loses only that unroll, and
-  an unroll it published before dying still reaches the learner.
+  ring of slots in shared memory; a collector thread in the learner copies out the full ones and
+  puts them on the channel. A slot is published only once complete, so an actor killed mid-unroll
+  loses only that unroll, and an unroll it published before dying still reaches the learner.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +38,13 @@ from torch import nn
 
 import onebox.envs
 from onebox.envs.shm import Block, Layout
-from onebox.sampling.inference import ActorClient, InferenceServer, InferResult
+from onebox.sampling.inference import (
+    ActorClient,
+    InferenceServer,
+    InferResult,
+    OutputSpec,
+    PolicyFn,
+)
 from onebox.sampling.sampler import EpisodeTracker
 
 InferFn = Callable[[np.ndarray, np.ndarray, np.ndarray], InferResult]
@@ -58,8 +66,9 @@ class ActorSpec:
     """The env's constructor options."""
     unroll: int
     """Steps per unroll."""
-    gamma: float
-    """Discount, for bootstrapping truncated episodes."""
+    outputs: OutputSpec
+    """The policy's outputs besides actions, recorded at every step (and at final observations
+    of truncated episodes)."""
     lstm: int | None
     """LSTM size of a recurrent policy (its unrolls record the start state), or None."""
 
@@ -80,13 +89,16 @@ class ActorSpec:
         out = [
             ("obs", (t, n, *obs_shape), obs_dtype),
             ("actions", (t, n), np.int64),
-            ("logprobs", (t, n), np.float32),
             ("rewards", (t, n), np.float32),
-            ("ends", (t, n), np.bool_),
+            ("terminated", (t, n), np.bool_),
+            ("truncated", (t, n), np.bool_),
             ("starts", (t, n), np.bool_),
             ("versions", (t, n), np.int64),
+            ("final_obs", (t, n, *obs_shape), obs_dtype),
             ("next_obs", (n, *obs_shape), obs_dtype),
         ]
+        for k, (shape, dtype) in self.outputs.items():
+            out += [(f"out.{k}", (t, n, *shape), dtype), (f"final.{k}", (t, n, *shape), dtype)]
         if self.lstm is not None:
             out += [("h", (n, self.lstm), np.float32), ("c", (n, self.lstm), np.float32)]
         return out
@@ -94,22 +106,30 @@ class ActorSpec:
 
 @dataclasses.dataclass
 class Unroll:
-    """`unroll` steps of one actor's envs: (T, N, ...) arrays, and where it stops."""
+    """The trajectory record: `unroll` steps of one actor's envs, (T, N, ...) arrays."""
 
     obs: np.ndarray
     actions: np.ndarray
-    logprobs: np.ndarray
-    """Behaviour log-probabilities."""
     rewards: np.ndarray
-    """Rewards, truncated episodes' last ones already bootstrapped."""
-    ends: np.ndarray
-    """The episode ended with this step (terminated or truncated)."""
+    """The env's rewards, as they came (nothing bootstrapped)."""
+    terminated: np.ndarray
+    """The episode reached a terminal state with this step (no bootstrap)."""
+    truncated: np.ndarray
+    """The episode was cut with this step (a time limit): its value goes on after it."""
     starts: np.ndarray
     """This step's observation begins an episode."""
     versions: np.ndarray
     """The weights' version that chose each action."""
+    final_obs: np.ndarray
+    """The observation each step led to: the final one where the episode ended, else obs[t + 1]
+    (the pool has already reset an ended env and shows the next episode's first)."""
     next_obs: np.ndarray
-    """The observations after the last step, to bootstrap from."""
+    """(N, ...): the observations after the last step, where the next unroll starts."""
+    outputs: dict[str, np.ndarray]
+    """The policy's named outputs at each step's observation (e.g. `logprobs` and `values`)."""
+    final: dict[str, np.ndarray]
+    """The policy's outputs at `final_obs` where the episode was truncated (zeros elsewhere):
+    the learner's bootstrap input."""
     state: tuple[np.ndarray, np.ndarray] | None
     """With an LSTM: each env's (h, c) before step 0 (after its start reset)."""
     returns: list[float]
@@ -117,14 +137,28 @@ class Unroll:
     lengths: list[int]
     """Their lengths."""
 
+    @property
+    def ends(self) -> np.ndarray:
+        """The episode ended with this step (terminated or truncated)."""
+        return np.logical_or(self.terminated, self.truncated)
+
+    @property
+    def num_steps(self) -> int:
+        """Env steps in the unroll: steps x envs."""
+        return int(self.actions.size)
+
     @classmethod
     def from_arrays(
         cls, a: dict[str, np.ndarray], returns: list[float], lengths: list[int]
     ) -> Unroll:
         """An unroll of the arrays `ActorSpec.arrays` names (taken as they are, not copied)."""
         state = (a["h"], a["c"]) if "h" in a else None
-        keys = ("obs", "actions", "logprobs", "rewards", "ends", "starts", "versions", "next_obs")
-        return cls(**{k: a[k] for k in keys}, state=state, returns=returns, lengths=lengths)
+        keys = ("obs", "actions", "rewards", "terminated", "truncated", "starts", "versions",
+                "final_obs", "next_obs")  # fmt: skip
+        outputs = {k[4:]: v for k, v in a.items() if k.startswith("out.")}
+        final = {k[6:]: v for k, v in a.items() if k.startswith("final.")}
+        return cls(**{k: a[k] for k in keys}, outputs=outputs, final=final, state=state,
+                   returns=returns, lengths=lengths)  # fmt: skip
 
 
 def collect(
@@ -148,19 +182,46 @@ def collect(
             if t == 0 and result.state is not None:
                 buf["h"][:], buf["c"][:] = result.state
             buf["obs"][t], buf["starts"][t] = obs, starts
-            buf["actions"][t], buf["logprobs"][t] = result.actions, result.logprobs
-            buf["versions"][t] = result.version
+            buf["actions"][t], buf["versions"][t] = result.actions, result.version
+            for k in spec.outputs:
+                buf[f"out.{k}"][t] = result.outputs[k]
+                buf[f"final.{k}"][t] = 0
             obs, reward, term, trunc, info = envs.step(result.actions)
             starts = np.logical_or(term, trunc)
             tracker.update(ids, reward, starts, info)
-            buf["rewards"][t], buf["ends"][t] = reward, starts
+            buf["rewards"][t], buf["terminated"][t], buf["truncated"][t] = reward, term, trunc
+            buf["final_obs"][t] = obs
+            for i in np.flatnonzero(starts):
+                buf["final_obs"][t, i] = info["final_obs"][i]
             cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))
-            if len(cut):  # value the final observations from the episodes' own states
-                final = np.stack([info["final_obs"][i] for i in cut])
-                values = infer(cut, final, np.zeros(len(cut), np.bool_)).values
-                buf["rewards"][t, cut] += spec.gamma * values
+            if len(cut):  # the bootstrap input, from the episodes' own states
+                final = infer(cut, buf["final_obs"][t, cut], np.zeros(len(cut), np.bool_))
+                for k in spec.outputs:
+                    buf[f"final.{k}"][t, cut] = final.outputs[k]
         buf["next_obs"][:] = obs
         publish(*tracker.pop())
+
+
+def actor_critic_policy(net: Any) -> PolicyFn:
+    """An `ActorCritic` as the inference server's policy: outputs `actions`, `logprobs` and
+    `values` (see `ACTOR_CRITIC_OUTPUTS`); with an LSTM also its new state."""
+    if net.recurrent:
+
+        def recurrent(obs: torch.Tensor, actor_ids: Any, env_ids: Any, state: Any) -> Any:
+            action, logprob, value, state1 = net.step(obs, None, state)
+            return {"actions": action, "logprobs": logprob, "values": value}, state1
+
+        return recurrent
+
+    def feed_forward(obs: torch.Tensor, actor_ids: Any, env_ids: Any) -> dict[str, torch.Tensor]:
+        action, logprob, value = net.act(obs)
+        return {"actions": action, "logprobs": logprob, "values": value}
+
+    return feed_forward
+
+
+ACTOR_CRITIC_OUTPUTS: OutputSpec = {"logprobs": ((), np.float32), "values": ((), np.float32)}
+"""What `actor_critic_policy` outputs besides actions: behaviour log-probabilities and V(obs)."""
 
 
 class Weights:
@@ -179,40 +240,50 @@ class LocalPolicy:
     """Actor-side inference (IMPALA): a copy of the network, reloaded whenever the learner has
     published newer weights, with each env's recurrent state kept here."""
 
-    def __init__(self, weights: Weights, net: Any, num_envs: int) -> None:
+    def __init__(self, weights: Weights, net: Any, num_envs: int, actor_id: int = 0) -> None:
         self.weights, self.net, self.version = weights, net, -1
+        self.policy = actor_critic_policy(net)
         self.device = next(net.parameters()).device
         self.state = net.initial_state(num_envs, self.device)
+        self.actor_id = actor_id
 
+    @torch.no_grad()
     def __call__(self, ids: np.ndarray, obs: np.ndarray, starts: np.ndarray) -> InferResult:
         version, weights = self.weights.latest
         if version != self.version:
             self.net.load_state_dict(weights)
             self.version = version
         rows = torch.as_tensor(ids, device=self.device)
-        state0 = None
-        if self.state is not None:
+        actor_ids = torch.full_like(rows, self.actor_id)
+        x = torch.as_tensor(obs, device=self.device)
+        if self.state is None:
+            out = self.policy(x, actor_ids, rows)
+            start = None
+        else:
             h, c = self.state
             keep = torch.as_tensor(~starts, device=self.device).float().unsqueeze(-1)
             h[rows], c[rows] = h[rows] * keep, c[rows] * keep  # zero at episode starts
             state0 = (h[rows], c[rows])
-        x = torch.as_tensor(obs, device=self.device)
-        action, logprob, value, state1 = self.net.step(x, None, state0)
-        out = state0
-        if self.state is not None and state1 is not None and out is not None:
-            self.state[0][rows], self.state[1][rows] = state1
-            out = (out[0].cpu().numpy(), out[1].cpu().numpy())
-        return InferResult(
-            action.cpu().numpy(), logprob.cpu().numpy(), value.cpu().numpy(), version, out
-        )
+            out, state1 = self.policy(x, actor_ids, rows, state0)
+            h[rows], c[rows] = state1
+            start = (state0[0].cpu().numpy(), state0[1].cpu().numpy())
+        outputs = {k: v.cpu().numpy() for k, v in out.items()}
+        return InferResult(outputs.pop("actions"), outputs, version, start)
 
 
 class ThreadActor(threading.Thread):
-    """An actor thread: steps its pool with actions from `infer` and queues unrolls."""
+    """An actor thread: steps its pool with actions from `infer` and puts unrolls on `channel`
+    (anything with `put(actor, unroll, stop)`)."""
 
-    def __init__(self, index: int, spec: ActorSpec, infer: InferFn, out: queue.Queue, seed: int):
+    def __init__(self, index: int, spec: ActorSpec, infer: InferFn, channel: Any, seed: int):
         super().__init__(name=f"actor-{index}", daemon=True)
-        self.spec, self.infer, self.out, self.seed = spec, infer, out, seed
+        self.index, self.spec, self.infer, self.channel, self.seed = (
+            index,
+            spec,
+            infer,
+            channel,
+            seed,
+        )
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.envs = spec.make_pool(seed)
@@ -236,17 +307,7 @@ class ThreadActor(threading.Thread):
         return self._buf
 
     def _publish(self, returns: list[float], lengths: list[int]) -> None:
-        put(self.out, Unroll.from_arrays(self._buf, returns, lengths), self.stop)
-
-
-def put(out: queue.Queue, item: Any, stop: threading.Event) -> None:
-    """Put `item` on the bounded queue `out`, waiting for room until `stop` is set."""
-    while not stop.is_set():
-        try:
-            out.put(item, timeout=0.1)
-            return
-        except queue.Full:
-            continue
+        self.channel.put(self.index, Unroll.from_arrays(self._buf, returns, lengths), self.stop)
 
 
 # ---- process actors -----------------------------------------------------------------------------
@@ -354,17 +415,17 @@ def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: 
 
 class ProcessActors:
     """`count` process actors on `server`, and the learner-side thread collecting their unrolls
-    onto `out`."""
+    onto `channel` (anything with `put(actor, unroll, stop)`)."""
 
     def __init__(
         self,
         count: int,
         spec: ActorSpec,
         server: InferenceServer,
-        out: queue.Queue,
+        channel: Any,
         seeds: list[int],
     ) -> None:
-        self.server, self.out, self.count = server, out, count
+        self.server, self.channel, self.count = server, channel, count
         space = server.obs_space
         resource_tracker.ensure_running()  # shared with the children: the parent's unlink counts
         layout = UnrollRing.plan(spec, space.shape, space.dtype)
@@ -393,9 +454,9 @@ class ProcessActors:
     def _collect(self) -> None:
         try:
             while not self._stop.is_set():
-                got = [u for ring in self.rings for u in ring.take()]
-                for unroll in got:
-                    put(self.out, unroll, self._stop)
+                got = [(a, u) for a, ring in enumerate(self.rings) for u in ring.take()]
+                for actor, unroll in got:
+                    self.channel.put(actor, unroll, self._stop)
                 if not got:
                     time.sleep(0.0005)
         except BaseException as e:

@@ -3,7 +3,10 @@
 Actors submit batches of observations tagged with their actor id and env ids. The server thread
 merges waiting requests into one batch of up to `max_batch` envs, or fewer once `timeout_ms` have
 passed since the oldest waiting request arrived, runs the policy once on the device, and hands
-each request its actions, log-probabilities, values and the weights' version.
+each request its rows of the policy's named outputs (`actions`, plus whatever the learner records:
+log-probabilities and values for IMPALA, Q-values for Ape-X) and the weights' version. The server
+only batches: it knows nothing of what the outputs mean. The policy sees each row's actor and env
+id, so it can act differently per actor (Ape-X's per-actor epsilon).
 
 Two kinds of actors:
 
@@ -49,9 +52,14 @@ from gymnasium import spaces
 from onebox.envs.process_worker import read_msg, write_msg
 from onebox.envs.shm import Block, Layout
 
-PolicyFn = Callable[..., tuple[Any, ...]]
-"""`policy_fn(obs)` -> (action, logprob, value), or with an LSTM `policy_fn(obs, (h, c))` ->
-(action, logprob, value, (h, c)); tensors with a leading batch axis."""
+PolicyFn = Callable[..., Any]
+"""`policy_fn(obs, actor_ids, env_ids)` -> outputs, or with an LSTM
+`policy_fn(obs, actor_ids, env_ids, (h, c))` -> (outputs, (h, c)): `outputs` a dict of tensors
+with a leading batch axis, "actions" and the server's declared `outputs`; the ids are int64
+tensors, one per row."""
+
+OutputSpec = dict[str, tuple[tuple[int, ...], Any]]
+"""The policy's outputs besides "actions": name -> (shape of one row, dtype)."""
 
 _REQUEST, _DONE, _ERROR = b"R", b"D", b"E"
 
@@ -62,14 +70,19 @@ class InferResult:
 
     actions: np.ndarray
     """The actions to take."""
-    logprobs: np.ndarray
-    """Their log-probabilities under the behaviour policy, float32."""
-    values: np.ndarray
-    """V(obs), float32."""
+    outputs: dict[str, np.ndarray]
+    """The policy's other named outputs (e.g. `logprobs` and `values`, or `q`); also readable as
+    attributes (`result.values`)."""
     version: int
     """`server.version` of the weights that chose the actions (the behaviour version)."""
     state: tuple[np.ndarray, np.ndarray] | None = None
     """With an LSTM: the (h, c) the policy started from for these envs (after resets)."""
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.__dict__["outputs"][name]
+        except KeyError:
+            raise AttributeError(f"the policy has no output {name!r}") from None
 
 
 class Pending:
@@ -121,6 +134,7 @@ def _slot_layout(
     obs_space: spaces.Box,
     act_shape: tuple[int, ...],
     act_dtype: np.dtype,
+    outputs: OutputSpec,
     lstm: int | None,
 ) -> Layout:
     state = [("h", (num_envs, lstm), np.float32), ("c", (num_envs, lstm), np.float32)]
@@ -132,10 +146,9 @@ def _slot_layout(
             ("dones", (num_envs,), np.bool_),
             ("n", (1,), np.int64),
             ("actions", (num_envs, *act_shape), act_dtype),
-            ("logprobs", (num_envs,), np.float32),
-            ("values", (num_envs,), np.float32),
             ("version", (1,), np.int64),
         ]
+        + [(f"out.{k}", (num_envs, *shape), dtype) for k, (shape, dtype) in outputs.items()]
     )
 
 
@@ -161,6 +174,7 @@ class InferenceServer:
         policy_fn: the policy (see `PolicyFn`); called from the server thread under no_grad.
         obs_space: one env's observation space (a Box).
         act_space: one env's action space (Discrete or Box).
+        outputs: the policy's outputs besides "actions" (see `OutputSpec`).
         max_batch: the most envs in one policy call; one request may not exceed it.
         timeout_ms: how long the oldest waiting request may wait for others to join its batch.
         device: where observations go and the policy runs.
@@ -180,6 +194,8 @@ class InferenceServer:
         lstm: int | None = None,
         max_restarts: int = 3,
         context: str = "forkserver",
+        *,
+        outputs: OutputSpec | None = None,
     ) -> None:
         if not isinstance(obs_space, spaces.Box):
             raise TypeError(f"the inference server takes Box observations, got {obs_space}")
@@ -200,6 +216,11 @@ class InferenceServer:
                 f"context must be one of {multiprocessing.get_all_start_methods()}, got {context!r}"
             )
         self.policy_fn = policy_fn
+        self.outputs: OutputSpec = {
+            k: (tuple(shape), np.dtype(dtype)) for k, (shape, dtype) in (outputs or {}).items()
+        }
+        if "actions" in self.outputs:
+            raise ValueError('outputs names the policy\'s outputs besides "actions"')
         self.obs_space, self.act_space = obs_space, act_space
         self.max_batch, self.timeout = int(max_batch), timeout_ms / 1000.0
         self.device = torch.device(device)
@@ -307,7 +328,8 @@ class InferenceServer:
         if actor_id in self._procs:
             raise ValueError(f"actor {actor_id} already has a process")
         resource_tracker.ensure_running()  # shared by the children: the parent's unlink counts
-        layout = _slot_layout(num_envs, self.obs_space, self._act_shape, self._act_dtype, self.lstm)
+        layout = _slot_layout(num_envs, self.obs_space, self._act_shape, self._act_dtype,
+                              self.outputs, self.lstm)  # fmt: skip
         p = _ProcActor(int(actor_id), num_envs, Block(layout), cloudpickle.dumps(target), args)
         self._launch(p)
         with self._inbox_lock:
@@ -506,6 +528,11 @@ class InferenceServer:
         """One policy call for the requests of `batch` (n envs in all); answer each."""
         obs = batch[0].obs if len(batch) == 1 else np.concatenate([r.obs for r in batch])
         x = torch.as_tensor(obs, device=self.device)
+        actor_ids = torch.as_tensor(
+            np.concatenate([np.full(len(r.env_ids), r.actor, np.int64) for r in batch]),
+            device=self.device,
+        )
+        env_ids = torch.as_tensor(np.concatenate([r.env_ids for r in batch]), device=self.device)
         if self.lstm is not None:
             rows = []
             for r in batch:
@@ -521,18 +548,10 @@ class InferenceServer:
             with self._weights:
                 version = self.version
                 if self.lstm is None:
-                    action, logprob, value = self.policy_fn(x)[:3]
+                    out = self.policy_fn(x, actor_ids, env_ids)
                 else:
-                    action, logprob, value, (h1, c1) = self.policy_fn(x, (h0, c0))
-            actions = np.asarray(action.cpu().numpy(), self._act_dtype)
-            logprobs = logprob.float().cpu().numpy()
-            values = value.float().cpu().numpy()
-            if actions.shape != (n, *self._act_shape) or logprobs.shape != (n,):
-                raise ValueError(
-                    f"policy_fn returned actions of shape {actions.shape} and log-probs of shape "
-                    f"{logprobs.shape} for {n} observations; expected {(n, *self._act_shape)} "
-                    f"and {(n,)}"
-                )
+                    out, (h1, c1) = self.policy_fn(x, actor_ids, env_ids, (h0, c0))
+            outputs = self._check_outputs(out, n)
         except Exception as e:
             self.error = f"the policy failed in the inference server: {type(e).__name__}: {e}"
             for r in batch:
@@ -551,27 +570,41 @@ class InferenceServer:
                 end = start + len(ids)
                 h[ids], c[ids] = h1[start:end], c1[start:end]
                 start = end
+        actions = outputs.pop("actions")
         start = 0
         for r in batch:
             end = start + len(r.env_ids)
             if r.pending is not None:
                 state = (h0n[start:end], c0n[start:end]) if self.lstm is not None else None
-                r.pending._finish(
-                    InferResult(
-                        actions[start:end], logprobs[start:end], values[start:end], version, state
-                    )
-                )
+                mine = {k: v[start:end] for k, v in outputs.items()}
+                r.pending._finish(InferResult(actions[start:end], mine, version, state))
             elif r.proc is not None and r.gen == r.proc.gen:
                 a = r.proc.block.arrays
                 a["actions"][: end - start] = actions[start:end]
-                a["logprobs"][: end - start] = logprobs[start:end]
-                a["values"][: end - start] = values[start:end]
+                for k, v in outputs.items():
+                    a[f"out.{k}"][: end - start] = v[start:end]
                 a["version"][0] = version
                 if self.lstm is not None:
                     a["h"][: end - start], a["c"][: end - start] = h0n[start:end], c0n[start:end]
                 with contextlib.suppress(OSError):
                     os.write(r.proc.resp.fileno(), _DONE)
             start = end
+
+    def _check_outputs(self, out: Any, n: int) -> dict[str, np.ndarray]:
+        """The policy's outputs as numpy arrays of the declared shapes and dtypes, or ValueError."""
+        want = {"actions": (self._act_shape, self._act_dtype), **self.outputs}
+        if not isinstance(out, dict) or set(out) != set(want):
+            got = sorted(out) if isinstance(out, dict) else type(out).__name__
+            raise ValueError(f"policy_fn must return a dict with keys {sorted(want)}, got {got}")
+        arrays = {}
+        for k, (shape, dtype) in want.items():
+            arrays[k] = np.asarray(out[k].cpu().numpy(), dtype)
+            if arrays[k].shape != (n, *shape):
+                raise ValueError(
+                    f"policy_fn returned {k} of shape {arrays[k].shape} for {n} observations; "
+                    f"expected {(n, *shape)}"
+                )
+        return arrays
 
 
 # ---- the process actor's side ------------------------------------------------------------------
@@ -607,10 +640,10 @@ class ActorClient:
             raise RuntimeError(read_msg(self._resp.fileno())[1:].decode(errors="replace"))
         if reply != _DONE:
             raise EOFError("the inference server went away")
+        outputs = {k[4:]: v[:n].copy() for k, v in a.items() if k.startswith("out.")}
         return InferResult(
             a["actions"][:n].copy(),
-            a["logprobs"][:n].copy(),
-            a["values"][:n].copy(),
+            outputs,
             int(a["version"][0]),
             (a["h"][:n].copy(), a["c"][:n].copy()) if "h" in a else None,
         )

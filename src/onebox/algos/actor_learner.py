@@ -1,0 +1,205 @@
+"""The actor-learner loop of IMPALA, APPO and Ape-X: actors feed a channel, a learner consumes it.
+
+    env pools -> actors (threads or processes) -> channel (FIFO or replay) -> learner
+                   ^                  |
+                   +--- inference ----+   (the central server batches every actor's requests)
+
+A learner module supplies a `Setup`: what each actor runs (`ActorSpec`), the channel between
+actors and learner (`onebox.sampling.channels`), and the `Learner` itself: the policy the
+inference server serves (named outputs: actions and what the learner records), `update(batch,
+server)` for one learner step on what the channel gives, and its state for checkpoints. This
+module does the rest, the same for all of them: the inference server, thread or process actors,
+the run folder, logs, progress bar, checkpoints (weights-only loadable), Ctrl-C and resume.
+
+The run ends once `Setup.total_steps` env steps have reached the learner through the channel.
+Env states cannot be saved: on resume the actors' envs restart from seeds no earlier run used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from onebox import run
+from onebox.algos.common import open_run, parse_env_options, resolve_device, seed_everything
+from onebox.sampling.actors import ActorSpec, ProcessActors, ThreadActor, Weights
+from onebox.sampling.inference import InferenceServer, OutputSpec, PolicyFn
+
+COUNTERS = ("updates", "global_step", "elapsed", "rng")
+"""What every actor-learner checkpoint holds besides the learner's own state."""
+
+
+class Learner(Protocol):
+    """What the loop needs of a learner."""
+
+    net: torch.nn.Module
+    """The network the actors' policy runs (IMPALA's local actors copy it)."""
+    policy: PolicyFn
+    """What the inference server serves (see `onebox.sampling.inference.PolicyFn`)."""
+    outputs: OutputSpec
+    """The policy's outputs besides actions, as actors record them."""
+
+    def update(self, batch: Any, server: InferenceServer) -> dict[str, float]:
+        """One learner step on what the channel's `take` gave; changes the weights inside
+        `server.updating()`. Returns the stats to log."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Channel(Protocol):
+    """The seam between actors and learner (see `onebox.sampling.channels`)."""
+
+    def put(self, actor: int, unroll: Any, stop: Any) -> None: ...
+
+    def take(self, check: Callable[[], bool]) -> Any: ...
+
+    def progress(self) -> tuple[int, list[float], list[int]]: ...
+
+
+@dataclasses.dataclass
+class Setup:
+    """What a learner module hands the loop."""
+
+    spec: ActorSpec
+    """What each actor runs."""
+    learner: Learner
+    channel: Channel
+    total_steps: int
+    """The run ends once this many env steps have come through the channel."""
+    log_every: int = 1
+    """Learner updates between two logs of the stats."""
+    local: Callable[[int, Weights], Any] | None = None
+    """For actor-side inference (IMPALA's `--inference local`): (actor index, weights) -> the
+    actor's policy; None: every actor asks the central inference server."""
+    sync_every: int = 1
+    """With `local`: learner updates between weight syncs to the actors."""
+
+
+def train(
+    config: Any,
+    resume: Path | None,
+    algo: str,
+    resolve: Callable[[Any], Any],
+    setup: Callable[[Any, Any, Any, torch.device], Setup],
+    keys: tuple[str, ...],
+) -> Path:
+    """Train (or, with `resume`, continue the run in that folder); return the run folder.
+
+    `setup(config, observation space, action space, device)` builds the learner's parts; `keys`
+    are those of its `state_dict`. The config's fields read here: env, env_options, seed,
+    device, torch_threads, actors, max_batch, timeout_ms, process_actors, actor_restarts,
+    checkpoint_minutes, progress, track, wandb_project (plus open_run's)."""
+    config, run_dir, state = open_run(config, resume, algo, resolve, keys=keys + COUNTERS)
+    device = resolve_device(config.device)
+    seed_everything(config.seed)
+    torch.set_num_threads(config.torch_threads or 1)
+    probe_spec = ActorSpec(env=config.env, num_envs=1, num_threads=1,
+                           env_options=parse_env_options(config.env_options), unroll=1,
+                           outputs={}, lstm=None)  # fmt: skip
+    with probe_spec.make_pool(config.seed) as probe:
+        obs_space, act_space = probe.single_observation_space, probe.single_action_space
+    parts = setup(config, obs_space, act_space, device)
+    learner, channel, spec = parts.learner, parts.channel, parts.spec
+    updates, global_step, elapsed = 0, 0, 0.0
+    if state is not None:
+        learner.load_state_dict(state)
+        updates, global_step, elapsed = state["updates"], state["global_step"], state["elapsed"]
+        run.set_rng_state(state["rng"])
+    seed0 = config.seed + 10_000 * updates  # fresh env seeds on resume
+
+    # A batch is full once every actor has asked: no actor then waits out the timeout.
+    n = spec.num_envs
+    max_batch = min(config.max_batch, config.actors * n)
+    server = InferenceServer(learner.policy, obs_space, act_space, max_batch, config.timeout_ms,
+                             device, lstm=spec.lstm, max_restarts=config.actor_restarts,
+                             outputs=learner.outputs)  # fmt: skip
+    server.version = updates
+    weights = Weights(learner.net, updates) if parts.local is not None else None
+    seeds = [seed0 + a * n for a in range(config.actors)]
+    threads: list[ThreadActor] = []
+    procs: ProcessActors | None = None
+    if not config.process_actors:
+        for a in range(config.actors):
+            infer = (
+                parts.local(a, weights) if parts.local is not None and weights is not None
+                else functools.partial(server.infer, a)
+            )  # fmt: skip
+            threads.append(ThreadActor(a, spec, infer, channel, seeds[a]))
+
+    logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
+                        project=config.wandb_project, config=config)  # fmt: skip
+    checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
+    split = run.TimeSplit()
+
+    def save() -> None:
+        logger.flush()
+        checkpointer.save({**learner.state_dict(), "updates": updates, "global_step": global_step,
+                           "elapsed": logger.elapsed(), "rng": run.rng_state()})  # fmt: skip
+
+    start_time, start_step = time.perf_counter(), global_step
+    with (
+        run.Progress(parts.total_steps, start_step=global_step, enabled=config.progress,
+                     description=f"{algo} {config.env}") as progress,
+        run.GracefulInterrupt() as interrupt,
+    ):  # fmt: skip
+
+        def check() -> bool:  # while waiting for the channel: raise a failed actor's error
+            for actor in threads:
+                if actor.error is not None:
+                    raise RuntimeError(f"{actor.name} failed") from actor.error
+            if procs is not None:
+                procs.check()
+            return interrupt.requested
+
+        try:
+            for actor in threads:
+                actor.start()
+            if config.process_actors:
+                procs = ProcessActors(config.actors, spec, server, channel, seeds)
+            while global_step < parts.total_steps and not interrupt.requested:
+                with split("wait"):
+                    batch = channel.take(check)
+                if batch is None:
+                    break
+                with split("learn"):
+                    stats = learner.update(batch, server)
+                updates += 1
+                if weights is not None and updates % parts.sync_every == 0:
+                    weights.publish(learner.net, server.version)
+                steps, returns, lengths = channel.progress()
+                global_step += steps
+                if returns:
+                    logger.episodes(global_step, returns, lengths)
+                if updates % parts.log_every == 0:
+                    sps = (global_step - start_step) / (time.perf_counter() - start_time)
+                    stats.update({"charts/SPS": sps, "charts/updates": updates})
+                    stats.update({f"time/{k}": v for k, v in split.fractions().items()})
+                    if procs is not None:
+                        stats["charts/actor_restarts"] = procs.restarts()
+                    logger.scalars(global_step, stats)
+                progress.update(global_step, logger.recent_return)
+                if checkpointer.due():
+                    save()
+            save()
+        finally:
+            if procs is not None:
+                procs.close()
+            for actor in threads:
+                actor.stop.set()
+            server.close()
+            for actor in threads:
+                actor.join()
+            if procs is not None:
+                procs.release()
+            logger.close()
+    run.plot_curves(run_dir)
+    return run_dir

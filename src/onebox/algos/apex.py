@@ -1,0 +1,320 @@
+"""Ape-X DQN (Horgan et al. 2018): many actors, each exploring with its own epsilon, feed one
+prioritized replay table; one learner trains a dueling double DQN on n-step returns from it.
+
+    onebox train apex --env CartPole-v1 --actors 4
+
+The actor-learner loop is `onebox.algos.actor_learner`'s, with a replay channel
+(`onebox.sampling.channels.ReplayChannel`) where IMPALA has a FIFO. Actors (threads, or with
+`--process-actors` processes) step their env pools with actions from the central inference
+server, which batches every actor's requests into one forward pass of the learner's Q-network.
+The served policy knows which actor asks: actor i of N acts epsilon-greedily with
+epsilon_i = eps_base ** (1 + eps_alpha * i / (N - 1)) (Ape-X's 0.4 and 7), and returns the
+Q-values with the actions. Each actor's unrolls go into the replay table with their initial
+priorities, |n-step TD error| computed from those Q-values (as Ape-X's actors do), and the table
+computes the n-step returns at insertion (a truncated episode bootstraps from its final
+observation, a terminated one does not).
+
+The learner samples batches by priority, minimises the importance-weighted squared TD error of
+double DQN's target (`onebox.algos.dqn.td_errors`), writes the new |TD errors| back as
+priorities, and copies the Q-network to the target network every `target_update` updates.
+Updates start once the table holds `learning_starts` transitions and run as fast as the learner
+can go, while the actors keep stepping.
+
+A checkpoint holds the networks, the optimizer and the counters (not the replay table: a resumed
+run refills it, waiting for `learning_starts` transitions again).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from onebox import run
+from onebox.algos import actor_learner, offpolicy
+from onebox.algos.common import (
+    check_positive,
+    greedy_q_policy,
+    parse_env_options,
+    resolve_env,
+)
+from onebox.algos.dqn import td_errors
+from onebox.nn.networks import QNetwork
+from onebox.replay import ReplayBatch, ReplayBuffer
+from onebox.sampling.actors import ActorSpec
+from onebox.sampling.channels import ReplayChannel
+from onebox.sampling.inference import InferenceServer
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "classic": dict(
+        total_steps=150_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=5e-4,
+        buffer_size=50_000, batch_size=64, learning_starts=2_000, target_update=500,
+        max_grad_norm=10.0, samples_per_insert=16.0,
+    ),
+    "atari": dict(
+        total_steps=50_000_000, actors=8, envs_per_actor=16, unroll=16,
+        learning_rate=0.00025 / 4, buffer_size=2_000_000, batch_size=512,
+        learning_starts=50_000, target_update=2_500, max_grad_norm=40.0, samples_per_insert=0.0,
+    ),
+}  # fmt: skip
+"""Per env family: Ape-X's published Atari settings (replay of 2M transitions, batch 512, Adam
+0.00025/4, target update every 2,500 learner steps, gradient clip 40; priority exponent 0.6 and
+importance-sampling exponent 0.4 and 3-step returns are the Config defaults), with 8 actors of
+16 envs in place of 360 single-env actors. For classic control a small table and batch, and
+actors held to 16 sampled transitions per inserted one: on CartPole-v1 (4 actors, 150k steps)
+the greedy policy played 500 in every evaluation episode for seeds 1 (20 episodes) and 3 (10),
+while the last 20 training episodes, actor 0's exploring with epsilon 0.4 among them, averaged
+374 and 410 (target updates every 250 updates over 100k steps: seed 3's greedy policy 275)."""
+
+
+@dataclasses.dataclass
+class Config:
+    """Train an agent with Ape-X DQN. Fields left unset come from the env family's preset."""
+
+    env: str = "CartPole-v1"
+    """Env id (`onebox envs` lists them); its actions must be Discrete."""
+    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
+    preset: Literal["auto", "classic", "atari"] = "auto"
+    """Hyperparameter preset: `auto` picks by env (Atari or classic)."""
+    total_steps: int | None = None
+    """Env steps to train for, all actors together (preset: 150k classic, 50M Atari)."""
+    actors: int | None = None
+    """Actors, each owning an env pool and its own epsilon (preset: 4 classic, 8 Atari)."""
+    envs_per_actor: int | None = None
+    """Envs in each actor's pool (preset: 4 classic, 16 Atari)."""
+    unroll: int | None = None
+    """Steps per unroll an actor hands to the replay table (preset: 16); at least n_step."""
+    eps_base: float = 0.4
+    """Actor i of N explores with epsilon eps_base ** (1 + eps_alpha * i / (N - 1))."""
+    eps_alpha: float = 7.0
+    """See eps_base."""
+    learning_rate: float | None = None
+    """Adam learning rate (preset: 5e-4 classic, 0.00025 / 4 Atari)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    n_step: int = 3
+    """Steps of the discounted returns in the targets (and the actors' initial priorities)."""
+    buffer_size: int | None = None
+    """Replay table capacity in transitions (preset: 50k classic, 2M Atari)."""
+    batch_size: int | None = None
+    """Transitions per learner update (preset: 64 classic, 512 Atari)."""
+    learning_starts: int | None = None
+    """Transitions in the table before the first update (preset: 2k classic, 50k Atari)."""
+    target_update: int | None = None
+    """Learner updates between target network copies (preset: 500 classic, 2,500 Atari)."""
+    samples_per_insert: float | None = None
+    """Rate limit: actors wait while the transitions they inserted exceed those the learner
+    sampled divided by this (plus one unroll per actor); 0 = no limit, the actors run free as
+    in Ape-X (preset: 16 classic, 0 Atari)."""
+    priority_alpha: float = 0.6
+    """How much priorities shape sampling (0: uniform)."""
+    priority_beta: float = 0.4
+    """Initial importance-sampling exponent, annealed to 1 over total_steps learner updates."""
+    max_grad_norm: float | None = None
+    """Gradient norm clip (preset: 10 classic, 40 Atari)."""
+    hidden: tuple[int, ...] = (120, 84)
+    """Hidden layer widths of the MLP Q-network (vector observations)."""
+    process_actors: bool = False
+    """Run each actor in its own process (its env pool included), talking to the inference
+    server through shared memory; an actor that dies is restarted."""
+    actor_restarts: int = 3
+    """With `--process-actors`: how often one actor may be restarted before the run fails."""
+    max_batch: int = 1024
+    """Inference server: most envs per forward pass."""
+    timeout_ms: float = 1.0
+    """Inference server: how long a request waits for others to join its batch."""
+    num_threads: int = 1
+    """Env pool threads per actor."""
+    torch_threads: int | None = None
+    """CPU threads for torch (default: 1 classic, physical cores Atari)."""
+    seed: int = 1
+    """Seed of the envs, the network initialization, exploration and replay sampling."""
+    device: str = "auto"
+    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, ..."""
+    runs_dir: str = "runs"
+    """Where run folders are created."""
+    name: str | None = None
+    """Run folder name (default: env__apex__seed__time)."""
+    checkpoint_minutes: float = 10.0
+    """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
+    progress: bool | None = None
+    """Show a progress bar (default: when stderr is a terminal)."""
+    track: bool = False
+    """Also log to Weights & Biases."""
+    wandb_project: str = "onebox"
+    """Weights & Biases project for `--track`."""
+
+    @property
+    def num_envs(self) -> int | None:
+        """Envs of all actors together."""
+        return self.actors * self.envs_per_actor if self.actors and self.envs_per_actor else None
+
+
+def resolve(config: Config) -> Config:
+    """Fill the preset and check every field; raise ValueError before any work starts."""
+    for name in ("actors", "envs_per_actor"):  # before the preset could hide a bad value
+        value = getattr(config, name)
+        if value is not None and value <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    config = resolve_env(config, PRESETS, QNetwork.check_spaces)
+    check_positive(config, "actors", "envs_per_actor", "unroll", "learning_rate", "buffer_size")
+    check_positive(config, "batch_size", "target_update", "max_grad_norm", "max_batch")
+    check_positive(config, "n_step", "eps_base", "num_threads")
+    if config.samples_per_insert is None or config.samples_per_insert < 0:
+        raise ValueError(f"--samples-per-insert must be >= 0, got {config.samples_per_insert}")
+    assert config.learning_starts is not None and config.unroll is not None
+    if config.unroll < config.n_step:
+        raise ValueError(f"--unroll ({config.unroll}) must be at least --n-step ({config.n_step})")
+    if config.buffer_size < config.batch_size:  # type: ignore[operator]
+        raise ValueError(
+            f"--buffer-size {config.buffer_size} is smaller than a batch (--batch-size "
+            f"{config.batch_size}); make the buffer larger or the batch smaller"
+        )
+    if not 0 <= config.learning_starts < config.total_steps:  # type: ignore[operator]
+        raise ValueError(
+            f"--learning-starts must be in [0, --total-steps), got {config.learning_starts}"
+        )
+    if config.envs_per_actor > config.max_batch:  # type: ignore[operator]
+        raise ValueError(
+            f"--envs-per-actor ({config.envs_per_actor}) must be <= --max-batch ({config.max_batch})"
+        )
+    if config.eps_base > 1 or config.eps_alpha < 0:
+        raise ValueError("--eps-base must be in (0, 1] and --eps-alpha >= 0")
+    if config.priority_alpha < 0 or not 0 <= config.priority_beta <= 1:
+        raise ValueError("--priority-alpha must be >= 0 and --priority-beta in [0, 1]")
+    if config.actor_restarts < 0:
+        raise ValueError(f"--actor-restarts must be >= 0, got {config.actor_restarts}")
+    return config
+
+
+def actor_epsilons(actors: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
+    """Ape-X's exploration: actor i of N explores with base ** (1 + alpha * i / (N - 1))."""
+    i = np.arange(actors)
+    return base ** (1 + alpha * i / max(actors - 1, 1))
+
+
+class Learner:
+    """A dueling Q-network served epsilon-greedily per actor, its target network and optimizer."""
+
+    def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device,
+                 channel: ReplayChannel) -> None:  # fmt: skip
+        self.config, self.device, self.channel = config, device, channel
+        self.net = QNetwork(obs_space, act_space, config.hidden, dueling=True).to(device)
+        self.target = copy.deepcopy(self.net).requires_grad_(False)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate or 0.0)
+        eps = actor_epsilons(config.actors or 1, config.eps_base, config.eps_alpha)
+        self.epsilons = torch.as_tensor(eps, dtype=torch.float32, device=device)
+        self.outputs = {"q": ((self.net.num_actions,), np.float32)}
+        self.updates = 0
+        self.generator = torch.Generator(device).manual_seed(config.seed)
+
+    def policy(self, obs: torch.Tensor, actor_ids: torch.Tensor, env_ids: torch.Tensor) -> Any:
+        """Epsilon-greedy actions, each row with its actor's epsilon, and the Q-values."""
+        q = self.net(obs)
+        n, g = len(obs), self.generator
+        explore = torch.rand(n, device=q.device, generator=g) < self.epsilons[actor_ids]
+        random = torch.randint(0, self.net.num_actions, (n,), device=q.device, generator=g)
+        return {"actions": torch.where(explore, random, q.argmax(-1)), "q": q}
+
+    def update(self, batch: ReplayBatch, server: InferenceServer) -> dict[str, float]:
+        c = self.config
+        td, q_taken = td_errors(self.net, self.target, batch, True, self.device)
+        weights = torch.as_tensor(batch.weights, device=self.device)
+        loss = (weights * td.pow(2)).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm or 0.0)
+        with server.updating():
+            self.opt.step()
+        self.updates += 1
+        if self.updates % (c.target_update or 1) == 0:
+            self.target.load_state_dict(self.net.state_dict())
+        self.channel.update_priorities(batch.indices, td.detach().abs().cpu().numpy())
+        return {"losses/td_loss": loss.item(), "losses/q_values": q_taken.mean().item(),
+                "charts/replay_size": len(self.channel.buffer)}  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "target": self.target.state_dict(),
+                "optimizer": self.opt.state_dict()}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.target.load_state_dict(state["target"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.updates = state["updates"]
+
+
+CHECKPOINT_KEYS = ("net", "target", "optimizer")
+"""What an Ape-X checkpoint holds besides the loop's counters."""
+
+
+def actor_spec(config: Config, num_actions: int) -> ActorSpec:
+    """What each actor runs: its envs, its unroll length, and the Q-values it records."""
+    return ActorSpec(
+        env=config.env,
+        num_envs=config.envs_per_actor or 1,
+        num_threads=config.num_threads,
+        env_options=parse_env_options(config.env_options),
+        unroll=config.unroll or 1,
+        outputs={"q": ((num_actions,), np.float32)},
+        lstm=None,
+    )
+
+
+def make_buffer(config: Config, obs_space: Any, act_space: Any) -> ReplayBuffer:
+    """The prioritized n-step table; each actor's envs own rows of it (Atari's frame stacks are
+    stored as single frames)."""
+    assert config.num_envs is not None and config.total_steps is not None
+    return ReplayBuffer(
+        config.buffer_size or 1, tuple(obs_space.shape), obs_space.dtype, (), np.int64,
+        config.num_envs, n_step=config.n_step, gamma=config.gamma, prioritized=True,
+        alpha=config.priority_alpha, beta=config.priority_beta, beta_steps=config.total_steps,
+        frame_stack=offpolicy.frame_stack(config, SimpleNamespace(single_observation_space=obs_space)),
+        seed=config.seed,
+    )  # fmt: skip
+
+
+def setup(
+    config: Config, obs_space: Any, act_space: Any, device: torch.device
+) -> actor_learner.Setup:
+    """Ape-X's parts for the actor-learner loop: the replay channel and the learner."""
+    n, spi = config.envs_per_actor or 1, config.samples_per_insert
+    channel = ReplayChannel(make_buffer(config, obs_space, act_space), n,
+                            config.learning_starts or 0, config.batch_size or 1, spi or None,
+                            slack=(config.actors or 1) * n * (config.unroll or 1))  # fmt: skip
+    learner = Learner(config, obs_space, act_space, device, channel)
+    return actor_learner.Setup(
+        spec=actor_spec(config, learner.net.num_actions),
+        learner=learner,
+        channel=channel,
+        total_steps=config.total_steps or 0,
+        log_every=100,
+    )
+
+
+def train(config: Config, resume: Path | None = None) -> Path:
+    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
+    return actor_learner.train(config, resume, "apex", resolve, setup, CHECKPOINT_KEYS)
+
+
+def resume(run_dir: Path) -> Path:
+    """Continue the run in `run_dir` from its last checkpoint."""
+    return train(run.load_config(run_dir, Config), resume=run_dir)
+
+
+def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
+    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
+    state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)
+    spec = dataclasses.replace(actor_spec(config, 1), num_envs=1)
+    with spec.make_pool(config.seed) as probe:
+        spaces_ = (probe.single_observation_space, probe.single_action_space)
+    net = QNetwork(*spaces_, config.hidden, dueling=True).to(device)
+    net.load_state_dict(state["net"])
+    return greedy_q_policy(net.eval(), device)

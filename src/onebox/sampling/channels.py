@@ -1,0 +1,180 @@
+"""The channel: the one seam between actors and a learner.
+
+Actors hand every unroll (`onebox.sampling.actors.Unroll`) to `channel.put(actor, unroll, stop)`;
+the learner takes batches with `channel.take(check)`. The actors do not know which channel they
+feed; a learner picks one:
+
+- `FifoChannel` (IMPALA, APPO): a bounded first-in-first-out queue of unrolls; a batch is the next
+  `batch_unrolls` unrolls. Its bound keeps the policy lag small: a full queue blocks the actors.
+- `ReplayChannel` (Ape-X): a prioritized replay table. `put` is the actor-side adder: it computes
+  each transition's initial priority, |n-step TD error| from the Q-values the actor's inference
+  returned, and inserts the steps (the table computes the n-step returns); a batch is a sample.
+  With `samples_per_insert` it is also a rate limiter (as Reverb's): actors wait while they are
+  more than one unroll each ahead of the transitions the learner has sampled divided by it.
+
+Both count the env steps and finished episodes that arrived (`progress()`), which the loop logs.
+`put` only needs the unroll and the actor's id, so an actor could run anywhere that can reach it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from onebox.replay import ReplayBatch, ReplayBuffer
+from onebox.sampling.actors import Unroll
+
+Check = Callable[[], bool]
+"""Called while `take` waits: raises if an actor failed, True to give up waiting (Ctrl-C)."""
+
+
+class FifoChannel:
+    """A bounded queue of unrolls; `take` gives the next `batch_unrolls` of them, oldest first."""
+
+    def __init__(self, capacity: int, batch_unrolls: int) -> None:
+        self.queue: queue.Queue[Unroll] = queue.Queue(maxsize=capacity)
+        self.batch_unrolls = batch_unrolls
+        self._steps, self._returns, self._lengths = 0, [], []  # type: ignore[var-annotated]
+
+    def put(self, actor: int, unroll: Unroll, stop: threading.Event) -> None:
+        """Queue `unroll`, waiting for room until `stop` is set."""
+        while not stop.is_set():
+            try:
+                self.queue.put(unroll, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def take(self, check: Check) -> list[Unroll] | None:
+        """The next `batch_unrolls` unrolls (None if `check()` gave up waiting)."""
+        batch: list[Unroll] = []
+        while len(batch) < self.batch_unrolls:
+            try:
+                batch.append(self.queue.get(timeout=1.0))
+            except queue.Empty:
+                if check():
+                    return None
+        self._steps += sum(u.num_steps for u in batch)
+        self._returns += [r for u in batch for r in u.returns]
+        self._lengths += [x for u in batch for x in u.lengths]
+        return batch
+
+    def progress(self) -> tuple[int, list[float], list[int]]:
+        """Env steps and finished episodes (returns, lengths) taken since the last call."""
+        out = (self._steps, self._returns, self._lengths)
+        self._steps, self._returns, self._lengths = 0, [], []
+        return out
+
+
+def nstep_td_errors(
+    q: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    final_q: np.ndarray,
+    steps: int,
+    n_step: int,
+    gamma: float,
+) -> np.ndarray:
+    """|G_t - Q(s_t, a_t)| for the first `steps` rows of a (W, N) stretch of env steps, with G_t
+    the n-step return the replay table will store, bootstrapped with max_a Q at the observation
+    it ends on: `q[t + 1]`, or `final_q[t]` where the episode was truncated at t, or nothing where
+    it terminated. Needs W >= steps + n_step (Q of step t + n_step is the bootstrap)."""
+    ends = np.logical_or(terminated, truncated)
+    boot = np.where(truncated & ~terminated, final_q.max(-1), 0.0)
+    boot[:-1] = np.where(ends[:-1], boot[:-1], q[1:].max(-1))
+    n_envs = rewards.shape[1]
+    g = np.zeros((steps, n_envs))
+    alive = np.ones((steps, n_envs), np.bool_)
+    for k in range(n_step):
+        i = np.arange(steps) + k
+        g += alive * gamma**k * rewards[i]
+        last = alive & (ends[i] | (k == n_step - 1))
+        g += last * gamma ** (k + 1) * boot[i]
+        alive &= ~ends[i]
+    taken = np.take_along_axis(q[:steps], actions[:steps, :, None], -1)[..., 0]
+    return np.abs(g - taken)
+
+
+class ReplayChannel:
+    """A prioritized replay table fed by actors (Ape-X). `put` holds back each actor's latest
+    unroll until the next one arrives, since the n-step priorities of its last steps need the
+    next unroll's rewards and Q-values (an actor's last unroll when the run ends is dropped)."""
+
+    def __init__(self, buffer: ReplayBuffer, envs_per_actor: int, learning_starts: int,
+                 batch_size: int, samples_per_insert: float | None = None,
+                 slack: int = 0) -> None:  # fmt: skip
+        self.buffer, self.n = buffer, envs_per_actor
+        self.learning_starts, self.batch_size = max(learning_starts, batch_size), batch_size
+        self.n_step, self.gamma = buffer.config["n_step"], buffer.gamma
+        self.samples_per_insert, self.slack = samples_per_insert, slack
+        self.lock = threading.Lock()
+        self._held: dict[int, Unroll] = {}
+        self._steps, self._returns, self._lengths = 0, [], []  # type: ignore[var-annotated]
+        self.inserted, self.sampled = 0, 0
+        """Transitions put into the table, and drawn from it, so far."""
+
+    def _ahead(self) -> bool:
+        """Whether the actors are too far ahead of the learner (with `samples_per_insert`)."""
+        if self.samples_per_insert is None:
+            return False
+        allowed = self.learning_starts + self.sampled / self.samples_per_insert + self.slack
+        return self.inserted > allowed
+
+    def put(self, actor: int, unroll: Unroll, stop: threading.Event) -> None:
+        """Insert the actor's previous unroll with its initial priorities; hold this one. With
+        `samples_per_insert`, first wait (until `stop` is set) while the actors are ahead."""
+        while self._ahead() and not stop.is_set():
+            stop.wait(0.001)
+        held, self._held[actor] = self._held.get(actor), unroll
+        with self.lock:
+            self._steps += unroll.num_steps
+            self._returns += unroll.returns
+            self._lengths += unroll.lengths
+        if held is None:
+            return
+        t_len = held.actions.shape[0]
+
+        def cat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return np.concatenate([a, b[: self.n_step]])
+
+        td = nstep_td_errors(
+            cat(held.outputs["q"], unroll.outputs["q"]), held.actions,
+            cat(held.rewards, unroll.rewards), cat(held.terminated, unroll.terminated),
+            cat(held.truncated, unroll.truncated), cat(held.final["q"], unroll.final["q"]),
+            t_len, self.n_step, self.gamma,
+        )  # fmt: skip
+        envs = np.arange(actor * self.n, (actor + 1) * self.n)
+        with self.lock:
+            self.inserted += held.num_steps
+            for t in range(t_len):
+                self.buffer.add(held.obs[t], held.actions[t], held.rewards[t], held.terminated[t],
+                                held.truncated[t], held.final_obs[t], priorities=td[t], envs=envs)  # fmt: skip
+
+    def take(self, check: Check) -> ReplayBatch | None:
+        """A prioritized sample, once the table holds `learning_starts` transitions (None if
+        `check()` gave up waiting)."""
+        while len(self.buffer) < self.learning_starts:
+            if check():
+                return None
+            threading.Event().wait(0.05)
+        with self.lock:
+            self.sampled += self.batch_size
+            return self.buffer.sample(self.batch_size)
+
+    def update_priorities(self, indices: np.ndarray, td: Any) -> None:
+        """New priorities of sampled transitions, from the learner's TD errors."""
+        with self.lock:
+            self.buffer.update_priorities(indices, td)
+
+    def progress(self) -> tuple[int, list[float], list[int]]:
+        """Env steps and finished episodes (returns, lengths) put since the last call."""
+        with self.lock:
+            out = (self._steps, self._returns, self._lengths)
+            self._steps, self._returns, self._lengths = 0, [], []
+        return out

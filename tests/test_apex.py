@@ -1,0 +1,103 @@
+"""Ape-X: per-actor epsilons reach the served policy, learning CartPole with 4 actors (slow), a
+short run's folder, checkpoint (weights-only), eval and resume, and bad configs rejected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+import onebox.envs
+from learning import kill_and_resume, last_mean, metric
+from onebox import cli, run
+from onebox.algos import apex
+from onebox.algos.launch import play
+from onebox.sampling.inference import InferenceServer
+
+
+def test_actor_epsilons_are_ape_xs() -> None:
+    eps = apex.actor_epsilons(4)
+    np.testing.assert_allclose(eps, [0.4, 0.4 ** (1 + 7 / 3), 0.4 ** (1 + 14 / 3), 0.4**8])
+    assert apex.actor_epsilons(1).tolist() == [0.4]
+
+
+def test_each_actor_explores_with_its_own_epsilon_through_the_server() -> None:
+    obs_space, act_space = spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2)
+    config = apex.Config(actors=3, eps_base=0.5, eps_alpha=2.0, learning_rate=1e-3, seed=0)
+    learner = apex.Learner(config, obs_space, act_space, torch.device("cpu"), None)  # type: ignore[arg-type]
+    for p in learner.net.parameters():
+        p.data.zero_()
+    learner.net.head.bias.data = torch.tensor([1.0, 0.0])  # advantages: greedy action 0
+    # Epsilons 0.5, 0.25, 0.125: an actor takes action 1 with probability epsilon / 2.
+    n = 4000
+    with InferenceServer(learner.policy, obs_space, act_space, max_batch=3 * n, timeout_ms=50,
+                         outputs=learner.outputs) as server:  # fmt: skip
+        pending = [server.submit(a, np.arange(n), np.zeros((n, 3), np.float32)) for a in range(3)]
+        results = [p.wait(timeout=60) for p in pending]
+    for eps, result in zip([0.5, 0.25, 0.125], results, strict=True):
+        rate = result.actions.mean()
+        assert abs(rate - eps / 2) < 5 * np.sqrt(eps / 2 * (1 - eps / 2) / n), (eps, rate)
+        np.testing.assert_allclose(result.q, np.tile([0.5, -0.5], (n, 1)), atol=1e-6)
+
+
+def test_short_run_folder_checkpoint_eval_and_resume(tmp_path: Path, capsys) -> None:
+    args = ["train", "apex", "--env", "CartPole-v1", "--total-steps", "6000",
+            "--learning-starts", "1000"]  # fmt: skip
+    run_dir, saved_step = kill_and_resume(tmp_path, *args)
+    assert 0 < saved_step < 6000
+    for name in ("config.json", "metrics.csv", "checkpoint.pt"):
+        assert (run_dir / name).exists(), name
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert state["global_step"] >= 6000 and state["updates"] > 0
+    assert set(state) >= {"net", "target", "optimizer", "updates", "global_step", "rng"}
+    # The resumed run logs on from where its checkpoint was, never before it.
+    losses = [s for s, _ in metric(run_dir, "losses/td_loss")]
+    assert losses == sorted(losses) and metric(run_dir, "charts/episodic_return")
+    capsys.readouterr()
+    assert cli.main(["eval", str(run_dir), "--episodes", "2"]) == 0
+    assert "2 episodes" in capsys.readouterr().out
+
+
+def test_process_actors_feed_the_replay_table(tmp_path: Path) -> None:
+    args = ["train", "apex", "--env", "CartPole-v1", "--total-steps", "4000", "--learning-starts",
+            "1000", "--process-actors", "--runs-dir", str(tmp_path), "--name", "run"]  # fmt: skip
+    assert cli.main(args) == 0
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert state["global_step"] >= 4000 and state["updates"] > 0
+    assert metric(tmp_path / "run", "charts/episodic_return")
+
+
+@pytest.mark.slow
+def test_four_actors_learn_cartpole(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = ["train", "apex", "--env", "CartPole-v1", "--actors", "4", "--runs-dir", str(tmp_path),
+            "--name", "run"]  # fmt: skip
+    assert cli.main(args) == 0
+    # The training episodes include actor 0's, exploring with epsilon 0.4: the greedy policy is
+    # what has to solve the task.
+    config = run.load_config(run_dir)
+    with onebox.envs.make("CartPole-v1", 1, autoreset_mode="SameStep") as envs:
+        returns, _, _ = play(apex.load_policy(run_dir, config), envs, 20, seed=12345)
+    assert np.mean(returns) >= 475
+    assert last_mean(run_dir, 20) >= 300
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--env", "Pendulum-v1"], "Q-learning needs Discrete actions"),
+        (["--actors", "0"], "--actors must be positive"),
+        (["--actors", "-2"], "--actors must be positive"),
+        (["--envs-per-actor", "0"], "--envs-per-actor must be positive"),
+        (["--unroll", "2"], "must be at least --n-step"),
+        (["--learning-starts", "200000"], "--learning-starts must be in"),
+        (["--samples-per-insert", "-1"], "--samples-per-insert must be >= 0"),
+    ],
+)
+def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message) -> None:
+    assert cli.main(["train", "apex", "--runs-dir", str(tmp_path), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
