@@ -43,11 +43,17 @@ def test_each_actor_explores_with_its_own_epsilon_through_the_server() -> None:
         np.testing.assert_allclose(result.q, np.tile([0.5, -0.5], (n, 1)), atol=1e-6)
 
 
-def test_short_run_folder_checkpoint_eval_and_resume(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("save_replay", [False, True])
+def test_short_run_folder_checkpoint_eval_and_resume(
+    tmp_path: Path, capsys, save_replay: bool
+) -> None:
     args = ["train", "apex", "--env", "CartPole-v1", "--total-steps", "6000",
-            "--learning-starts", "1000"]  # fmt: skip
+            "--learning-starts", "1000", *(["--save-replay"] if save_replay else [])]  # fmt: skip
     run_dir, saved_step = kill_and_resume(tmp_path, *args)
     assert 0 < saved_step < 6000
+    # With --save-replay the resumed run goes on with its table; without, it says it refills.
+    assert (run_dir / "replay.npz").exists() == save_replay
+    assert (run_dir / "log.txt").exists() != save_replay
     for name in ("config.json", "metrics.csv", "checkpoint.pt"):
         assert (run_dir / name).exists(), name
     state = torch.load(run_dir / "checkpoint.pt", weights_only=True)

@@ -27,8 +27,10 @@ from typing import Any, Protocol
 import torch
 
 from onebox import run
+from onebox.algos import offpolicy
 from onebox.algos.common import open_run, parse_env_options, resolve_device, seed_everything
 from onebox.sampling.actors import ActorSpec, ProcessActors, ThreadActor, Weights
+from onebox.sampling.channels import ReplayChannel
 from onebox.sampling.inference import InferenceServer, OutputSpec, PolicyFn
 
 COUNTERS = ("updates", "global_step", "elapsed", "rng")
@@ -82,6 +84,9 @@ class Setup:
     actor's policy; None: every actor asks the central inference server."""
     sync_every: int = 1
     """With `local`: learner updates between weight syncs to the actors."""
+    replay: ReplayChannel | None = None
+    """The channel, when it is a replay table: saved beside each checkpoint with the config's
+    `save_replay`, else refilled on resume."""
 
 
 def train(
@@ -110,10 +115,13 @@ def train(
     parts = setup(config, obs_space, act_space, device)
     learner, channel, spec = parts.learner, parts.channel, parts.spec
     updates, global_step, elapsed = 0, 0, 0.0
+    refilled = False
     if state is not None:
         learner.load_state_dict(state)
         updates, global_step, elapsed = state["updates"], state["global_step"], state["elapsed"]
         run.set_rng_state(state["rng"])
+        if parts.replay is not None:
+            refilled = not offpolicy.load_replay(config, run_dir, parts.replay.resume_from)
     seed0 = config.seed + 10_000 * updates  # fresh env seeds on resume
 
     # A batch is full once every actor has asked: no actor then waits out the timeout.
@@ -137,11 +145,15 @@ def train(
 
     logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
                         project=config.wandb_project, config=config)  # fmt: skip
+    if refilled:
+        offpolicy.note_refill(logger, global_step, config)
     checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
     split = run.TimeSplit()
 
     def save() -> None:
         logger.flush()
+        if parts.replay is not None and config.save_replay:  # first: never older than the run
+            parts.replay.save(run_dir / offpolicy.REPLAY_FILE)
         checkpointer.save({**learner.state_dict(), "updates": updates, "global_step": global_step,
                            "elapsed": logger.elapsed(), "rng": run.rng_state()})  # fmt: skip
 

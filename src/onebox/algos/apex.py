@@ -20,8 +20,9 @@ priorities, and copies the Q-network to the target network every `target_update`
 Updates start once the table holds `learning_starts` transitions and run as fast as the learner
 can go, while the actors keep stepping.
 
-A checkpoint holds the networks, the optimizer and the counters (not the replay table: a resumed
-run refills it, waiting for `learning_starts` transitions again).
+A checkpoint holds the networks, the optimizer and the counters; the replay table too with
+`--save-replay` (`replay.npz`), else a resumed run refills it, waiting for `learning_starts`
+transitions again, and says so in its log.
 """
 
 from __future__ import annotations
@@ -144,6 +145,10 @@ class Config:
     """Run folder name (default: env__apex__seed__time)."""
     checkpoint_minutes: float = 10.0
     """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
+    save_replay: bool = False
+    """Also save the replay table with each checkpoint (`replay.npz` in the run folder), so
+    that a resumed run continues with it. Without it a resumed run refills the table for
+    `learning_starts` transitions before it learns again."""
     progress: bool | None = None
     """Show a progress bar (default: when stderr is a terminal)."""
     track: bool = False
@@ -294,6 +299,7 @@ def setup(
         spec=actor_spec(config, learner.net.num_actions),
         learner=learner,
         channel=channel,
+        replay=channel,
         total_steps=config.total_steps or 0,
         log_every=100,
     )

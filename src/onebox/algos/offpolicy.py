@@ -81,6 +81,24 @@ def check_replay(config: Any) -> None:
         raise ValueError("--priority-alpha must be >= 0 and --priority-beta in [0, 1]")
 
 
+def load_replay(config: Any, run_dir: Path, load: Callable[[Path], None]) -> bool:
+    """On resume: `load` the replay saved beside the checkpoint with `--save-replay`; False if
+    there is none (the run then refills its buffer)."""
+    path = run_dir / REPLAY_FILE
+    if config.save_replay and path.exists():
+        load(path)
+        return True
+    return False
+
+
+def note_refill(logger: run.Logger, step: int, config: Any) -> None:
+    """Tell the user that a resumed run refills its replay buffer before it learns again."""
+    logger.note(step, (
+        "resumed without a saved replay buffer (train with --save-replay to keep it): it "
+        f"refills for {config.learning_starts} steps before learning resumes"
+    ))  # fmt: skip
+
+
 def frame_stack(config: Any, envs: Any) -> int:
     """Frames per observation to store once each (K for Atari's (K, H, W) stacks), else 0."""
     space = envs.single_observation_space
@@ -149,18 +167,11 @@ def run_loop(
     buffer = make_buffer(config, envs)
     n = envs.num_envs
     global_step, updates, elapsed, env_seed = 0, 0, 0.0, config.seed
-    replay_file = run_dir / REPLAY_FILE
     refilled = False
     if state is not None:
         agent.load_state_dict(state["agent"])
         global_step, updates, elapsed = state["global_step"], state["updates"], state["elapsed"]
-        if config.save_replay and replay_file.exists():
-            buffer.load(replay_file)
-            # The envs restart from fresh episodes: the steps still waiting for their n-step
-            # return are dropped rather than joined to another episode's.
-            buffer.drop_staged()
-        else:
-            refilled = True
+        refilled = not load_replay(config, run_dir, buffer.resume_from)
         # The envs restart from fresh episodes, with seeds no earlier episode used.
         env_seed = config.seed + global_step
     # Updates start once `learning_starts` steps are in the buffer (again after a refill).
@@ -172,10 +183,7 @@ def run_loop(
     logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
                         project=config.wandb_project, config=config)  # fmt: skip
     if refilled:
-        logger.note(global_step, (
-            "resumed without a saved replay buffer (train with --save-replay to keep it): it "
-            f"refills for {config.learning_starts} steps before learning resumes"
-        ))  # fmt: skip
+        note_refill(logger, global_step, config)
     checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
     tracker, split, ids = EpisodeTracker(n), run.TimeSplit(), np.arange(n)
     stats: dict[str, float] = {}
@@ -183,7 +191,7 @@ def run_loop(
     def save() -> None:
         logger.flush()
         if config.save_replay:  # first, so that a checkpoint never outlives its replay
-            buffer.save(replay_file)
+            buffer.save(run_dir / REPLAY_FILE)
         checkpointer.save({
             "agent": agent.state_dict(), "global_step": global_step,
             "updates": updates, "elapsed": logger.elapsed(), "rng": run.rng_state(),

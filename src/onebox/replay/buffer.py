@@ -325,9 +325,11 @@ class ReplayBuffer:
         if "rng" in state:
             set_rng_state(self.rng, state["rng"])
 
-    def drop_staged(self) -> None:
-        """Forget the steps still waiting for their n-step return (at most n - 1 per env), for
-        envs that restart fresh episodes (a resumed run): no transition joins two episodes."""
+    def resume_from(self, path: Any) -> None:
+        """`load` a saved table for envs that restart fresh episodes (a resumed run): the steps
+        that were still waiting for their n-step return (at most n - 1 per env) are dropped, so
+        no transition joins two episodes."""
+        self.load(path)
         self.staging.count[:] = 0
 
     def save(self, path: Any) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -166,6 +167,17 @@ class ReplayChannel:
         with self.lock:
             self.sampled += self.batch_size
             return self.buffer.sample(self.batch_size)
+
+    def save(self, path: Path) -> None:
+        """Save the table (`ReplayBuffer.save`); the actors' held unrolls are not in it."""
+        with self.lock:
+            self.buffer.save(path)
+
+    def resume_from(self, path: Path) -> None:
+        """Load a saved table for a resumed run (`ReplayBuffer.resume_from`)."""
+        with self.lock:
+            self.buffer.resume_from(path)
+            self.inserted = len(self.buffer)
 
     def update_priorities(self, indices: np.ndarray, td: Any) -> None:
         """New priorities of sampled transitions, from the learner's TD errors."""
