@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from learning import last_mean
 
 import onebox.envs
+from learning import last_mean
 from onebox import cli
 from onebox.algos import a2c, appo, dqn, ppo
 from onebox.evo import run as evo_run
@@ -26,7 +26,7 @@ from onebox.nn.population import PopulationNet, default_arch
 BREAKOUT = "MinAtar/Breakout-v1"
 
 
-def spaces(env_id: str = BREAKOUT):  # noqa: ANN201
+def spaces(env_id: str = BREAKOUT):
     with onebox.envs.make(env_id, num_envs=1, num_threads=1) as envs:
         return envs.single_observation_space, envs.single_action_space
 
@@ -101,7 +101,7 @@ def test_minatar_presets_are_picked_for_minatar_ids() -> None:
         config = evo_run.resolve(cls(env=BREAKOUT))
         assert config.preset == "minatar" and not getattr(config, "obs_norm", False), cls
     # a learner without a MinAtar preset says so, and which presets it has
-    with pytest.raises(ValueError, match="no 'minatar' preset for this learner.*--preset"):
+    with pytest.raises(ValueError, match=r"no 'minatar' preset for this learner.*--preset"):
         a2c.resolve(a2c.Config(env=BREAKOUT))
 
 

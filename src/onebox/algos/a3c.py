@@ -43,10 +43,10 @@ from onebox.algos.common import (
     check_lstm,
     check_positive,
     fill_preset,
-    preset_of,
     greedy_policy,
     open_run,
     parse_env_options,
+    preset_of,
     probe_env,
     seed_everything,
 )
