@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import onebox.envs
 from learning import last_mean
 from onebox import cli
-from onebox.algos import a2c, appo, dqn, ppo
+from onebox.algos import a2c, appo, dqn, impala, ppo
 from onebox.evo import run as evo_run
 from onebox.nn.networks import ActorCritic, MinAtarCNN, QNetwork
 from onebox.nn.population import PopulationNet, default_arch
@@ -101,8 +101,9 @@ def test_minatar_presets_are_picked_for_minatar_ids() -> None:
         config = evo_run.resolve(cls(env=BREAKOUT))
         assert config.preset == "minatar" and not getattr(config, "obs_norm", False), cls
     # a learner without a MinAtar preset says so, and which presets it has
-    with pytest.raises(ValueError, match=r"no 'minatar' preset for this learner.*--preset"):
-        a2c.resolve(a2c.Config(env=BREAKOUT))
+    for resolve, config in ((a2c.resolve, a2c.Config), (impala.resolve, impala.Config)):
+        with pytest.raises(ValueError, match=r"no 'minatar' preset for this learner.*--preset"):
+            resolve(config(env=BREAKOUT))
 
 
 def test_ppo_learns_breakout(tmp_path: Path) -> None:
