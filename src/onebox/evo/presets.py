@@ -71,7 +71,7 @@ PRESETS: dict[str, dict[Family, Preset]] = {
                          generations=1000, hidden=(0,)),
         "atari": Preset(RSParams(population=100, sigma=0.02, lr=0.02, top_directions=16,
                                  episodes=1, center_episodes=5, obs_norm=True), generations=100),
-        "minatar": Preset(RSParams(population=100, sigma=0.02, lr=0.02, top_directions=16,
+        "minatar": Preset(RSParams(population=100, sigma=0.02, lr=0.02, top_directions=8,
                                    episodes=1, center_episodes=5, obs_norm=False),
                           generations=200),
     },
