@@ -1,9 +1,11 @@
 """Learners on MinAtar: the MinAtar paper's CNN (in the learners' nets and the population nets), the
 `minatar` presets picked for `MinAtar/*` ids, and PPO learning Breakout.
 
-The learning threshold comes from measured runs (docs/results.md): PPO's `minatar` preset for
-300k steps on MinAtar/Breakout-v1 ended (mean of the last 20 training episodes) at
-{LEARN_MEASURED} for seeds 1-4, where a uniform random policy scores 0.41 +- 0.04 (208 episodes).
+The learning test's threshold comes from measured runs: PPO's `minatar` preset for 300k steps
+(294,912: 36 iterations of 64 x 128) on MinAtar/Breakout-v1 ended, as the mean of the last 20
+training episodes, at 8.70, 8.40, 9.25 and S4 for seeds 1 to 4 (at 100k steps: 3.5-4.2), where a
+uniform random policy scores 0.41 +- 0.04 (208 episodes, docs/results.md). The test asks for 4.0:
+half the worst seed, ten times random.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import onebox.envs
-from learning import last_mean
+from learning import last_mean, metric
 from onebox import cli
 from onebox.algos import a2c, appo, dqn, impala, ppo
 from onebox.evo import run as evo_run
@@ -111,4 +113,14 @@ def test_ppo_learns_breakout(tmp_path: Path) -> None:
     args = ["train", "ppo", "--env", BREAKOUT, "--total-steps", "300000", "--seed", "1",
             "--num-threads", "1", "--runs-dir", str(tmp_path), "--name", "run"]  # fmt: skip
     assert cli.main(args) == 0
-    assert last_mean(tmp_path / "run") >= 3.0
+    assert last_mean(tmp_path / "run") >= 4.0
+
+
+def test_ga_evolves_the_minatar_cnn(tmp_path: Path) -> None:
+    """One small generation end to end: the evaluator plays the population's MinAtar CNNs."""
+    args = ["evolve", "ga", "--env", BREAKOUT, "--generations", "2", "--population", "8",
+            "--truncation", "2", "--elite-candidates", "2", "--elite-episodes", "2",
+            "--runs-dir", str(tmp_path), "--name", "run"]  # fmt: skip
+    assert cli.main(args) == 0
+    best = [v for _, v in metric(tmp_path / "run", "fitness/best")]
+    assert len(best) == 2 and all(b >= 0 for b in best)
