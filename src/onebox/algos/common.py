@@ -54,9 +54,9 @@ def parse_env_options(options: dict[str, str]) -> dict[str, Any]:
 
 def probe_env(env_id: str, **env_kwargs: Any) -> tuple[Family, Any, Any]:
     """An env's preset family (Atari by backend, MinAtar by its `MinAtar/` ids, else continuous or
-    classic by its actions) and
-    its single observation and action spaces, from a one-env probe, which also checks the env's
-    options: bad ones, or an env that cannot be made, raise ValueError."""
+    classic by its actions) and its single observation and action spaces, from a one-env probe,
+    which also checks the env's options: bad ones, or an env that cannot be made, raise
+    ValueError."""
     try:
         probe = onebox.envs.make(env_id, num_envs=1, num_threads=1, **env_kwargs)
     except TypeError as e:  # an unknown option or one of the wrong type

@@ -9,8 +9,9 @@ one flat float32 vector (`num_params` long); `set_slots` / `get_slots` convert.
 Architectures: `"mlp"` (tanh hidden layers) for vector observations, `"cnn"` (the Nature DQN conv
 stack, conv 32x8x8/4, 64x4x4/2, 64x3x3/1, fc 512, ReLU, inputs scaled by 1/255) for uint8 images
 shaped (C, H, W), and `"minatar"` (the MinAtar paper's network: conv 16x3x3/1, fc 128, ReLU) for
-MinAtar's bool grids shaped (H, W, C), made float channels-first inside, unscaled. Discrete actions are the argmax of the outputs; continuous actions squash the
-outputs with tanh into the action bounds.
+MinAtar's bool grids shaped (H, W, C), made float channels-first inside, unscaled. Discrete
+actions are the argmax of the outputs; continuous actions squash the outputs with tanh into the
+action bounds.
 
 `dtype` sets the parameters' and the computation's precision: "bfloat16" or "float16" halve the
 memory the stacked parameters take and the bandwidth the forward pass needs, which bounds the
