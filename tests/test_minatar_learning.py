@@ -39,12 +39,13 @@ def grids(n: int, shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
 
 def test_minatar_cnn_is_the_papers_network_on_channels_first_floats() -> None:
     net = MinAtarCNN((10, 10, 4))
-    assert net.conv.weight.shape == (16, 4, 3, 3) and net.conv.stride == (1, 1)
+    conv = net.conv[0]
+    assert conv.weight.shape == (16, 4, 3, 3) and conv.stride == (1, 1)
     assert net.fc[0].weight.shape == (128, 16 * 8 * 8) and net.out_features == 128
     x = grids(5, (10, 10, 4))
     # by hand: the grid as float channels (C, H, W), unscaled, conv + ReLU, fc + ReLU
     chw = torch.from_numpy(np.transpose(x.numpy(), (0, 3, 1, 2)).astype(np.float32))
-    hidden = F.relu(F.conv2d(chw, net.conv.weight, net.conv.bias)).flatten(1)
+    hidden = F.relu(F.conv2d(chw, conv.weight, conv.bias)).flatten(1)
     expected = F.relu(hidden @ net.fc[0].weight.T + net.fc[0].bias)
     torch.testing.assert_close(net(x), expected)
 
@@ -59,8 +60,9 @@ def test_learners_nets_take_minatar_grids(game: str) -> None:
     assert dist.logits.shape == (3, act_space.n) and value.shape == (3,)
     q = QNetwork(obs_space, act_space)
     assert isinstance(q.trunk, MinAtarCNN) and q(x).shape == (3, act_space.n)
-    with pytest.raises(ValueError, match="no layer-norm variant"):
-        QNetwork(obs_space, act_space, layer_norm=True)
+    ln = QNetwork(obs_space, act_space, layer_norm=True)  # PQN's: layer norm before each ReLU
+    assert sum(isinstance(m, torch.nn.LayerNorm) for m in ln.trunk.modules()) == 2
+    assert ln(x).shape == (3, act_space.n)
 
 
 def test_population_minatar_net_equals_the_learners_cnn() -> None:
@@ -78,7 +80,7 @@ def test_population_minatar_net_equals_the_learners_cnn() -> None:
             t[k] for pair in zip(pop.weights, pop.biases, strict=True) for t in pair
         )
         with torch.no_grad():
-            cnn.conv.weight.copy_(w_conv), cnn.conv.bias.copy_(b_conv)
+            cnn.conv[0].weight.copy_(w_conv), cnn.conv[0].bias.copy_(b_conv)
             cnn.fc[0].weight.copy_(w_fc.T), cnn.fc[0].bias.copy_(b_fc)
             head.weight.copy_(w_out.T), head.bias.copy_(b_out)
             torch.testing.assert_close(out[k], head(cnn(x[k : k + 1]))[0])

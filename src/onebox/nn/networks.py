@@ -4,8 +4,8 @@ and PQN, SAC's actor and critic.
 
 `ActorCritic` takes observations as the env pool returns them (uint8 images are scaled by 1/255
 inside the network, so rollouts keep them as uint8; bool grids become float channels inside the
-network) and gives a categorical policy for `Discrete`
-actions or a Gaussian with a state-independent log std for `Box` actions.
+network) and gives a categorical policy for `Discrete` actions or a Gaussian with a
+state-independent log std for `Box` actions.
 
 With `lstm=H` an LSTM core of H units sits between the torso and the heads (CleanRL's
 ppo_atari_lstm, IMPALA's recurrent agent). Its state `(h, c)`, each (envs, H), is carried by the
@@ -68,24 +68,33 @@ class NatureCNN(nn.Module):
 
 class MinAtarCNN(nn.Module):
     """The network of the MinAtar paper (Young and Tian 2019): one 3x3 conv of 16 channels,
-    stride 1, ReLU, then a `hidden`-unit (128) layer, ReLU. It takes MinAtar's (height, width,
+    stride 1, ReLU, then a `hidden`-unit (128) layer, ReLU; with `layer_norm` each layer's output
+    is layer-normalized before its ReLU (as `NatureCNN`'s). It takes MinAtar's (height, width,
     channels) bool grids and makes them float channels-first inside, unscaled."""
 
-    def __init__(self, obs_shape: tuple[int, ...], hidden: int = 128) -> None:
+    def __init__(
+        self, obs_shape: tuple[int, ...], hidden: int = 128, layer_norm: bool = False
+    ) -> None:
         super().__init__()
         if len(obs_shape) != 3 or min(obs_shape[:2]) < 3:
             raise ValueError(
                 f"MinAtarCNN takes (height, width, channels) grids of at least 3x3, got {obs_shape}"
             )
         height, width, channels = obs_shape
-        self.conv = layer_init(nn.Conv2d(channels, 16, 3, stride=1))
-        flat = 16 * (height - 2) * (width - 2)
-        self.fc = nn.Sequential(layer_init(nn.Linear(flat, hidden)), nn.ReLU())
+        conv_out = [16, height - 2, width - 2]
+        self.conv = nn.Sequential(
+            layer_init(nn.Conv2d(channels, 16, 3, stride=1)),
+            *([nn.LayerNorm(conv_out)] if layer_norm else []),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        norm = [nn.LayerNorm(hidden)] if layer_norm else []
+        flat = int(np.prod(conv_out))
+        self.fc = nn.Sequential(layer_init(nn.Linear(flat, hidden)), *norm, nn.ReLU())
         self.out_features = hidden
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.relu(self.conv(x.float().permute(0, 3, 1, 2)))
-        return self.fc(x.flatten(1))
+        return self.fc(self.conv(x.float().permute(0, 3, 1, 2)))
 
 
 class MLP(nn.Module):
@@ -130,9 +139,7 @@ def cnn_torso(space: spaces.Space, layer_norm: bool = False) -> NatureCNN | MinA
     if is_image(space):
         return NatureCNN(tuple(space.shape), layer_norm=layer_norm)
     if is_grid(space):
-        if layer_norm:
-            raise ValueError("the MinAtar CNN has no layer-norm variant; MinAtar runs without it")
-        return MinAtarCNN(tuple(space.shape))
+        return MinAtarCNN(tuple(space.shape), layer_norm=layer_norm)
     return None
 
 
@@ -140,7 +147,8 @@ class ActorCritic(nn.Module):
     """Policy and value heads on separate (MLP) or shared (CNN) torsos, as in CleanRL.
 
     For vector observations the actor and critic are separate 64-64 tanh MLPs; for images one
-    Nature CNN feeds both heads, for MinAtar's grids one MinAtar CNN. Heads are initialized with gain 0.01 (policy) and 1 (value).
+    Nature CNN feeds both heads, for MinAtar's grids one MinAtar CNN. Heads are initialized with
+    gain 0.01 (policy) and 1 (value).
     """
 
     def __init__(
