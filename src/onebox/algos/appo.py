@@ -47,8 +47,8 @@ minibatches at Adam 2.5e-3. On CartPole-v1 (seeds 1-4) the best 20-episode mean 
 40-63 at 80k). For MinAtar (the MinAtar CNN): 2 actors x 16 envs, batches of 4 unrolls of 32 steps
 (2,048 steps), 4 epochs of 4 minibatches at Adam 1e-3, gradient clip 0.5, chosen to sit near
 purejaxql's MinAtar PPO at a batch a quarter of its size; not tuned. On MinAtar/Breakout-v1 at 1M
-steps (seeds 1, 2) the last 100 training episodes averaged 7.6 and 7.2, where PPO's preset reached
-13.7-19.7 (docs/results.md)."""
+steps (seeds 1-3) the last 100 training episodes averaged 7.6, 7.2 and 6.7, where PPO's preset
+reached 13.7-19.7 (docs/results.md)."""
 
 
 @dataclasses.dataclass
