@@ -111,7 +111,7 @@ def test_minatar_presets_are_picked_for_minatar_ids() -> None:
 
 
 def test_ppo_learns_breakout(tmp_path: Path) -> None:
-    """PPO's minatar preset, 300k steps (~30 s on an idle 2-core machine)."""
+    """PPO's minatar preset, 300k steps (24 s here on two shared cores)."""
     args = ["train", "ppo", "--env", BREAKOUT, "--total-steps", "300000", "--seed", "1",
             "--num-threads", "1", "--runs-dir", str(tmp_path), "--name", "run"]  # fmt: skip
     assert cli.main(args) == 0
