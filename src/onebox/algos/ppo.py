@@ -61,7 +61,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 `minatar` (the MinAtar CNN) is the PPO baseline of the PQN paper (Gallici et al. 2024), every
 number from purejaxql's `config/alg/ppo_minatar.yaml`: 10M steps, 64 envs x 128 steps, 4 epochs
 of 8 minibatches, Adam 5e-3 annealed, clip 0.2, entropy 1e-4, gamma 0.99, GAE lambda 0.95, value
-coefficient 0.5, gradient clip 0.5."""
+coefficient 0.5, gradient clip 0.5. At 1M steps here: Breakout 13.7-19.7 (3 seeds), Asterix 7.0,
+Freeway 52.8, Seaquest 3.8, SpaceInvaders 108.6 (2 seeds; docs/results.md)."""
 
 
 @dataclasses.dataclass
