@@ -265,7 +265,7 @@ def _common(tmp_path: Path, name: str) -> dict:
 
 def test_every_preset_is_complete_and_valid() -> None:
     for algo, by_family in PRESETS.items():
-        assert set(by_family) == {"classic", "mujoco", "atari"}, algo
+        assert set(by_family) == {"classic", "mujoco", "atari", "minatar"}, algo
         for preset in by_family.values():
             preset.params.check()  # every field set, every value in range
             assert preset.generations >= 1
@@ -279,7 +279,7 @@ CLASSES = {"ga": GAConfig, "es": ESConfig, "rs": RSConfig}
 @pytest.mark.parametrize(
     ("env_id", "family"),
     [("CartPole-v1", "classic"), ("Pendulum-v1", "classic"), ("Acrobot-v1", "classic"),
-     ("HalfCheetah-v5", "mujoco"), ("Hopper-v5", "mujoco")],
+     ("HalfCheetah-v5", "mujoco"), ("Hopper-v5", "mujoco"), ("MinAtar/Breakout-v1", "minatar")],
 )  # fmt: skip
 def test_the_preset_follows_the_env_family(env_id: str, family: str) -> None:
     assert env_family(env_id) == family

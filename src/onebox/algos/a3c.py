@@ -45,6 +45,7 @@ from onebox.algos.common import (
     greedy_policy,
     open_run,
     parse_env_options,
+    preset_of,
     probe_env,
     seed_everything,
 )
@@ -132,7 +133,7 @@ def resolve(config: Config) -> Config:
     family, obs_space, act_space = probe_env(config.env, **parse_env_options(config.env_options))
     ActorCritic.check_spaces(obs_space, act_space)
     family = config.preset if config.preset != "auto" else family
-    config = dataclasses.replace(fill_preset(config, PRESETS[family]), preset=family)
+    config = dataclasses.replace(fill_preset(config, preset_of(PRESETS, family)), preset=family)
     check_positive(config, "total_steps", "actors", "envs_per_actor", "num_steps")
     check_positive(config, "learning_rate", "rms_eps", "max_grad_norm", "num_threads", "log_every")
     check_lstm(config.lstm)

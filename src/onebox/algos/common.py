@@ -16,7 +16,7 @@ import torch
 import onebox.envs
 from onebox import run
 
-Family = Literal["classic", "atari", "continuous"]
+Family = Literal["classic", "atari", "continuous", "minatar"]
 
 
 def resolve_device(device: str) -> torch.device:
@@ -53,9 +53,10 @@ def parse_env_options(options: dict[str, str]) -> dict[str, Any]:
 
 
 def probe_env(env_id: str, **env_kwargs: Any) -> tuple[Family, Any, Any]:
-    """An env's preset family (Atari by backend, else continuous or classic by its actions) and
-    its single observation and action spaces, from a one-env probe, which also checks the env's
-    options: bad ones, or an env that cannot be made, raise ValueError."""
+    """An env's preset family (Atari by backend, MinAtar by its `MinAtar/` ids, else continuous or
+    classic by its actions) and its single observation and action spaces, from a one-env probe,
+    which also checks the env's options: bad ones, or an env that cannot be made, raise
+    ValueError."""
     try:
         probe = onebox.envs.make(env_id, num_envs=1, num_threads=1, **env_kwargs)
     except TypeError as e:  # an unknown option or one of the wrong type
@@ -66,7 +67,19 @@ def probe_env(env_id: str, **env_kwargs: Any) -> tuple[Family, Any, Any]:
         obs_space, act_space = probe.single_observation_space, probe.single_action_space
     if onebox.envs.backend_of(env_id) == "atari":
         return "atari", obs_space, act_space
+    if env_id.startswith("MinAtar/"):
+        return "minatar", obs_space, act_space
     return ("continuous" if hasattr(act_space, "low") else "classic"), obs_space, act_space
+
+
+def preset_of(presets: dict[str, dict[str, Any]], family: str) -> dict[str, Any]:
+    """The learner's preset for `family`; ValueError naming the ones it has if there is none."""
+    if family not in presets:
+        raise ValueError(
+            f"no {family!r} preset for this learner (it has {', '.join(presets)}); pick one with "
+            "--preset"
+        )
+    return presets[family]
 
 
 def fill_preset(config: Any, preset: dict[str, Any]) -> Any:
@@ -162,12 +175,7 @@ def resolve_env(config: Any, presets: dict[str, dict[str, Any]], check_spaces: S
     family, obs_space, act_space = probe_env(config.env, **env_kwargs)
     check_spaces(obs_space, act_space)
     family = config.preset if config.preset != "auto" else family
-    if family not in presets:
-        raise ValueError(
-            f"no {family!r} preset for this learner (it has {', '.join(presets)}); pick one with "
-            "--preset"
-        )
-    config = fill_preset(config, presets[family])
+    config = fill_preset(config, preset_of(presets, family))
     if config.preset == "auto":
         config = dataclasses.replace(config, preset=family)
     if config.num_threads is None:

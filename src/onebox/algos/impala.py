@@ -45,6 +45,7 @@ from onebox.algos.common import (
     fill_preset,
     greedy_policy,
     parse_env_options,
+    preset_of,
     probe_env,
     resolve_device,
 )
@@ -174,7 +175,7 @@ def resolve(config: Config, presets: dict[str, dict[str, Any]] = PRESETS) -> Con
     if family == "continuous":
         raise ValueError(f"impala here takes discrete actions; {config.env} has continuous ones")
     family = config.preset if config.preset != "auto" else family
-    config = fill_preset(config, presets[family])
+    config = fill_preset(config, preset_of(presets, family))
     if config.preset == "auto":
         config = dataclasses.replace(config, preset=family)
     if config.torch_threads is None:

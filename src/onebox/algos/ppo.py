@@ -14,7 +14,7 @@ replayed over the rollout from its stored initial state with the stored episode 
 
 Defaults come from a preset per env family, equal to CleanRL's scripts so results compare:
 `classic` (ppo.py), `atari` (ppo_atari_envpool.py), `continuous` (ppo_continuous_action.py, with
-observation and reward normalization). Any field given on the command line wins over the preset.
+observation and reward normalization); `minatar` (`MinAtar/*` ids) is purejaxql's MinAtar PPO. Any field given on the command line wins over the preset.
 """
 
 from __future__ import annotations
@@ -51,8 +51,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         num_minibatches=32, update_epochs=10, clip_coef=0.2, ent_coef=0.0,
         normalize_obs=True, normalize_reward=True,
     ),
+    "minatar": dict(
+        total_steps=10_000_000, num_envs=64, num_steps=128, learning_rate=5e-3,
+        num_minibatches=8, update_epochs=4, clip_coef=0.2, ent_coef=1e-4,
+        normalize_obs=False, normalize_reward=False,
+    ),
 }  # fmt: skip
-"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here."""
+"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here.
+`minatar` (the MinAtar CNN) is the PPO baseline of the PQN paper (Gallici et al. 2024), every
+number from purejaxql's `config/alg/ppo_minatar.yaml`: 10M steps, 64 envs x 128 steps, 4 epochs
+of 8 minibatches, Adam 5e-3 annealed, clip 0.2, entropy 1e-4, gamma 0.99, GAE lambda 0.95, value
+coefficient 0.5, gradient clip 0.5. At 1M steps here: Breakout 13.7-19.7 (3 seeds), Asterix 7.0,
+Freeway 52.8, Seaquest 3.8, SpaceInvaders 108.6 (2 seeds; docs/results.md)."""
 
 
 @dataclasses.dataclass
@@ -63,8 +73,9 @@ class Config:
     """Env id (`onebox envs` lists them)."""
     env_options: dict[str, str] = dataclasses.field(default_factory=dict)
     """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
-    preset: Literal["auto", "classic", "atari", "continuous"] = "auto"
-    """Hyperparameter preset: `auto` picks by env (Atari, continuous actions, or classic)."""
+    preset: Literal["auto", "classic", "atari", "continuous", "minatar"] = "auto"
+    """Hyperparameter preset: `auto` picks by env (Atari, MinAtar, continuous actions, or
+    classic)."""
     total_steps: int | None = None
     """Env steps to train for (preset: 500k classic, 10M Atari, 1M continuous)."""
     num_envs: int | None = None

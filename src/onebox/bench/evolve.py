@@ -39,10 +39,11 @@ class EvolveBenchConfig:
     """Env id (an Atari id, e.g. Pong-v5, measures Nature CNN populations)."""
     population: int | None = None
     """Networks per evaluation (default: 1000; 16 with the cnn)."""
-    arch: Literal["mlp", "cnn"] | None = None
-    """Network architecture (default: the cnn for image observations, else the mlp)."""
+    arch: Literal["mlp", "cnn", "minatar"] | None = None
+    """Network architecture (default: the cnn for image observations, minatar for MinAtar's bool
+    grids, else the mlp)."""
     hidden: tuple[int, ...] = ()
-    """Hidden sizes (default: 64 64 for the mlp, 512 for the cnn)."""
+    """Hidden sizes (default: 64 64 for the mlp, 512 for the cnn, 128 for minatar)."""
     num_slots: tuple[int, ...] = ()
     """K values to measure, networks evaluated at once (default: 256 1024; 8 16 with the cnn)."""
     max_episode_steps: int | None = None
@@ -75,7 +76,7 @@ def resolve(config: EvolveBenchConfig) -> EvolveBenchConfig:
         config,
         arch=arch,
         population=config.population or (16 if cnn else 1000),
-        hidden=tuple(config.hidden) or ((512,) if cnn else (64, 64)),
+        hidden=tuple(config.hidden) or {"cnn": (512,), "minatar": (128,)}.get(arch, (64, 64)),
         num_slots=tuple(config.num_slots) or ((8, 16) if cnn else (256, 1024)),
     )
 

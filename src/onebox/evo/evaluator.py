@@ -116,7 +116,8 @@ class PopulationEvaluator:
 
     Args:
         env_id: a onebox env id (native, Atari or any Gymnasium id).
-        arch: network architecture, "mlp" or "cnn" (default: "cnn" for image observations).
+        arch: network architecture, "mlp", "cnn" or "minatar" (default: by observation space,
+            `default_arch`).
         hidden: hidden sizes (see `PopulationNet`).
         num_slots: K, networks run at once, in two groups of about K/2 (default: 256 for the
             mlp, 64 for the cnn, whose parameters take hundreds of times the memory).

@@ -43,8 +43,8 @@ class EvolveConfig:
 
     env: str = "CartPole-v1"
     """Env id (`onebox envs` lists them)."""
-    preset: Literal["auto", "classic", "mujoco", "atari"] = "auto"
-    """Hyperparameter preset: `auto` picks by env (Atari, MuJoCo, or classic)."""
+    preset: Literal["auto", "classic", "mujoco", "atari", "minatar"] = "auto"
+    """Hyperparameter preset: `auto` picks by env (Atari, MinAtar, MuJoCo, or classic)."""
     generations: int | None = None
     """Generations to run, in total, counting resumed ones (preset: 10-20 classic, 1000 MuJoCo,
     100 Atari)."""
@@ -53,9 +53,9 @@ class EvolveConfig:
     resume, unset keeps the run's)."""
     seed: int = 0
     """Seed of the algorithm's random stream (genomes, noise, env seeds)."""
-    arch: Literal["mlp", "cnn"] | None = None
-    """Network: a tanh MLP, or the Nature CNN (default: the CNN for (C, H, W) images, such as
-    Atari's, else the MLP)."""
+    arch: Literal["mlp", "cnn", "minatar"] | None = None
+    """Network: a tanh MLP, the Nature CNN or the MinAtar paper's CNN (default: the Nature CNN for
+    (C, H, W) images, such as Atari's, the MinAtar CNN for MinAtar's bool grids, else the MLP)."""
     hidden: tuple[int, ...] | None = None
     """Hidden sizes (default: the preset's, else (64, 64) for the mlp and (512,) for the cnn's fc
     layer); `0` alone makes the mlp a linear policy (as ARS's, the MuJoCo preset of `rs`)."""

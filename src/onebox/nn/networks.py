@@ -1,9 +1,11 @@
-"""Networks: Nature CNN for images, MLP for vectors, CleanRL's initialization; the actor-critic of
-the policy-gradient learners, the Q-networks of DQN and PQN, SAC's actor and critic.
+"""Networks: Nature CNN for images, MinAtar's small CNN for MinAtar's bool grids, MLP for vectors,
+CleanRL's initialization; the actor-critic of the policy-gradient learners, the Q-networks of DQN
+and PQN, SAC's actor and critic.
 
 `ActorCritic` takes observations as the env pool returns them (uint8 images are scaled by 1/255
-inside the network, so rollouts keep them as uint8) and gives a categorical policy for `Discrete`
-actions or a Gaussian with a state-independent log std for `Box` actions.
+inside the network, so rollouts keep them as uint8; bool grids become float channels inside the
+network) and gives a categorical policy for `Discrete` actions or a Gaussian with a
+state-independent log std for `Box` actions.
 
 With `lstm=H` an LSTM core of H units sits between the torso and the heads (CleanRL's
 ppo_atari_lstm, IMPALA's recurrent agent). Its state `(h, c)`, each (envs, H), is carried by the
@@ -64,6 +66,37 @@ class NatureCNN(nn.Module):
         return self.fc(self.convs(x.contiguous(memory_format=torch.channels_last)))
 
 
+class MinAtarCNN(nn.Module):
+    """The network of the MinAtar paper (Young and Tian 2019): one 3x3 conv of 16 channels,
+    stride 1, ReLU, then a `hidden`-unit (128) layer, ReLU; with `layer_norm` each layer's output
+    is layer-normalized before its ReLU (as `NatureCNN`'s). It takes MinAtar's (height, width,
+    channels) bool grids and makes them float channels-first inside, unscaled."""
+
+    def __init__(
+        self, obs_shape: tuple[int, ...], hidden: int = 128, layer_norm: bool = False
+    ) -> None:
+        super().__init__()
+        if len(obs_shape) != 3 or min(obs_shape[:2]) < 3:
+            raise ValueError(
+                f"MinAtarCNN takes (height, width, channels) grids of at least 3x3, got {obs_shape}"
+            )
+        height, width, channels = obs_shape
+        conv_out = [16, height - 2, width - 2]
+        self.conv = nn.Sequential(
+            layer_init(nn.Conv2d(channels, 16, 3, stride=1)),
+            *([nn.LayerNorm(conv_out)] if layer_norm else []),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        norm = [nn.LayerNorm(hidden)] if layer_norm else []
+        flat = int(np.prod(conv_out))
+        self.fc = nn.Sequential(layer_init(nn.Linear(flat, hidden)), *norm, nn.ReLU())
+        self.out_features = hidden
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(x.float().permute(0, 3, 1, 2)))
+
+
 class MLP(nn.Module):
     """Fully connected layers with tanh activations (or `activation`); with `layer_norm` each
     layer's output is layer-normalized before its activation (PQN's network)."""
@@ -94,11 +127,28 @@ def is_image(space: spaces.Space) -> bool:
     return isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
 
 
+def is_grid(space: spaces.Space) -> bool:
+    """Whether observations are bool (height, width, channels) grids (MinAtar's), which get the
+    MinAtar CNN."""
+    return isinstance(space, spaces.Box) and space.dtype == np.bool_ and len(space.shape) == 3
+
+
+def cnn_torso(space: spaces.Space, layer_norm: bool = False) -> NatureCNN | MinAtarCNN | None:
+    """The CNN for an observation space: the Nature CNN for uint8 images, the MinAtar CNN for
+    bool grids, None for anything else (which gets an MLP)."""
+    if is_image(space):
+        return NatureCNN(tuple(space.shape), layer_norm=layer_norm)
+    if is_grid(space):
+        return MinAtarCNN(tuple(space.shape), layer_norm=layer_norm)
+    return None
+
+
 class ActorCritic(nn.Module):
     """Policy and value heads on separate (MLP) or shared (CNN) torsos, as in CleanRL.
 
     For vector observations the actor and critic are separate 64-64 tanh MLPs; for images one
-    Nature CNN feeds both heads. Heads are initialized with gain 0.01 (policy) and 1 (value).
+    Nature CNN feeds both heads, for MinAtar's grids one MinAtar CNN. Heads are initialized with
+    gain 0.01 (policy) and 1 (value).
     """
 
     def __init__(
@@ -115,8 +165,9 @@ class ActorCritic(nn.Module):
         self.image = is_image(observation_space)
         self.discrete = isinstance(action_space, spaces.Discrete)
         act_dim = int(action_space.n) if self.discrete else int(action_space.shape[0])
-        if self.image:
-            self.torso: nn.Module = NatureCNN(tuple(observation_space.shape))
+        cnn = cnn_torso(observation_space)
+        if cnn is not None:
+            self.torso: nn.Module = cnn
             self.actor_torso: nn.Module = nn.Identity()
             self.critic_torso: nn.Module = nn.Identity()
             features = actor_features = self.torso.out_features
@@ -276,8 +327,8 @@ class ActorCritic(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """Q-values of every action for `Discrete` actions: a trunk (the Nature CNN for images, a ReLU
-    MLP for vectors), optionally with layer norm (PQN), and a linear head; with `dueling` the head
+    """Q-values of every action for `Discrete` actions: a trunk (the Nature CNN for images, the
+    MinAtar CNN for MinAtar's grids, a ReLU MLP for vectors), optionally with layer norm (PQN), and a linear head; with `dueling` the head
     is a value and an advantage stream, Q = V + A - mean(A) (Wang et al. 2016)."""
 
     def __init__(
@@ -292,8 +343,8 @@ class QNetwork(nn.Module):
         self.check_spaces(observation_space, action_space)
         self.image = is_image(observation_space)
         self.num_actions = int(action_space.n)
-        if self.image:
-            cnn = NatureCNN(tuple(observation_space.shape), layer_norm=layer_norm)
+        cnn = cnn_torso(observation_space, layer_norm)
+        if cnn is not None:
             self.trunk: nn.Module = cnn
             features = cnn.out_features
         else:

@@ -6,10 +6,12 @@ slot `slots[k]` with a few batched calls per layer (`torch.baddbmm` for dense la
 `conv2d` per conv layer), never a Python loop over individuals. An individual's parameters travel as
 one flat float32 vector (`num_params` long); `set_slots` / `get_slots` convert.
 
-Architectures: `"mlp"` (tanh hidden layers) for vector observations and `"cnn"` (the Nature DQN conv
+Architectures: `"mlp"` (tanh hidden layers) for vector observations, `"cnn"` (the Nature DQN conv
 stack, conv 32x8x8/4, 64x4x4/2, 64x3x3/1, fc 512, ReLU, inputs scaled by 1/255) for uint8 images
-shaped (C, H, W). Discrete actions are the argmax of the outputs; continuous actions squash the
-outputs with tanh into the action bounds.
+shaped (C, H, W), and `"minatar"` (the MinAtar paper's network: conv 16x3x3/1, fc 128, ReLU) for
+MinAtar's bool grids shaped (H, W, C), made float channels-first inside, unscaled. Discrete
+actions are the argmax of the outputs; continuous actions squash the outputs with tanh into the
+action bounds.
 
 `dtype` sets the parameters' and the computation's precision: "bfloat16" or "float16" halve the
 memory the stacked parameters take and the bandwidth the forward pass needs, which bounds the
@@ -30,12 +32,15 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-Arch = Literal["mlp", "cnn"]
+Arch = Literal["mlp", "cnn", "minatar"]
 DType = Literal["float32", "bfloat16", "float16"]
 Slots = slice | torch.Tensor
 
 NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 """(channels, kernel, stride) of the Nature DQN conv layers."""
+
+MINATAR_CONVS = ((16, 3, 1),)
+"""(channels, kernel, stride) of the MinAtar network's conv layer."""
 
 
 @dataclass(frozen=True)
@@ -56,23 +61,24 @@ def _layers(arch: Arch, obs_shape: tuple[int, ...], hidden: tuple[int, ...], out
             )
         sizes = (obs_shape[0], *hidden, out)
         return [Layer("dense", (a, b), (b,)) for a, b in itertools.pairwise(sizes)]
-    if arch == "cnn":
+    if arch in ("cnn", "minatar"):
         if len(obs_shape) != 3:
-            raise ValueError(f"the cnn takes (C, H, W) images, got observation shape {obs_shape}")
-        c, h, w = obs_shape
+            layout = "(C, H, W) images" if arch == "cnn" else "(H, W, C) grids"
+            raise ValueError(f"the {arch} takes {layout}, got observation shape {obs_shape}")
+        c, h, w = obs_shape if arch == "cnn" else (obs_shape[2], *obs_shape[:2])
         layers = []
-        for channels, k, s in NATURE_CONVS:
+        for channels, k, s in NATURE_CONVS if arch == "cnn" else MINATAR_CONVS:
             if h < k or w < k:
-                raise ValueError(f"observation {obs_shape} is too small for the Nature CNN")
+                raise ValueError(f"observation {obs_shape} is too small for the {arch} network")
             layers.append(Layer("conv", (channels, c, k, k), (channels,), s))
             c, h, w = channels, (h - k) // s + 1, (w - k) // s + 1
         flat = c * h * w
         if len(hidden) != 1:
-            raise ValueError(f"the cnn takes one hidden size (its fc layer), got {hidden}")
+            raise ValueError(f"the {arch} takes one hidden size (its fc layer), got {hidden}")
         fc = hidden[0]
         layers += [Layer("dense", (flat, fc), (fc,)), Layer("dense", (fc, out), (out,))]
         return layers
-    raise ValueError(f"arch must be 'mlp' or 'cnn', got {arch!r}")
+    raise ValueError(f"arch must be 'mlp', 'cnn' or 'minatar', got {arch!r}")
 
 
 OBS_CLIP = 5.0
@@ -83,20 +89,24 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def default_arch(observation_space: spaces.Space) -> Arch:
-    """The architecture for an observation space: "cnn" for (C, H, W) images, else "mlp"."""
-    return "cnn" if len(getattr(observation_space, "shape", None) or ()) == 3 else "mlp"
+    """The architecture for an observation space: "minatar" for bool (H, W, C) grids, "cnn" for
+    other (C, H, W) images, else "mlp"."""
+    if len(getattr(observation_space, "shape", None) or ()) != 3:
+        return "mlp"
+    return "minatar" if getattr(observation_space, "dtype", None) == np.bool_ else "cnn"
 
 
 class PopulationNet:
     """`num_slots` networks of one architecture, stored as stacked parameters.
 
     Args:
-        arch: "mlp" or "cnn".
-        observation_space: a Box of floats (mlp) or of uint8 (C, H, W) images (cnn).
+        arch: "mlp", "cnn" or "minatar".
+        observation_space: a Box of floats (mlp), of uint8 (C, H, W) images (cnn) or of bool
+            (H, W, C) grids (minatar).
         action_space: Discrete (argmax of outputs) or Box (tanh squashed into the bounds).
         num_slots: individuals held at once.
-        hidden: mlp hidden sizes (default (64, 64); () for a linear policy); for the cnn, `(fc,)`
-            (default (512,)).
+        hidden: mlp hidden sizes (default (64, 64); () for a linear policy); for the cnn and
+            minatar, `(fc,)` (default (512,) and (128,)).
         device: torch device.
         dtype: parameter and compute precision, "float32", "bfloat16" or "float16" (a dtype
             torch cannot run these layers in on `device` raises `ValueError`).
@@ -126,7 +136,7 @@ class PopulationNet:
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots <= 0:
             raise ValueError(f"num_slots must be a positive integer, got {num_slots!r}")
         if hidden is None:
-            hidden = (512,) if arch == "cnn" else (64, 64)
+            hidden = {"cnn": (512,), "minatar": (128,)}.get(arch, (64, 64))
         if any(not isinstance(h, int) or h <= 0 for h in hidden):
             raise ValueError(f"hidden sizes must be positive integers, got {hidden!r}")
         self.arch = arch
@@ -228,6 +238,8 @@ class PopulationNet:
             raise ValueError(f"observations must have shape (n, {self.obs_shape}), got {x.shape}")
         if self.arch == "cnn":
             x = x.to(self.dtype) / 255.0
+        elif self.arch == "minatar":
+            x = x.permute(0, 3, 1, 2).to(self.dtype)
         else:
             if self.obs_mean is not None:
                 x = ((x.float() - self.obs_mean) / self.obs_std).clamp_(-OBS_CLIP, OBS_CLIP)
@@ -240,7 +252,7 @@ class PopulationNet:
                     x = x.reshape(n, 1, -1)
                 x = torch.baddbmm(self._bias3[k][slots], x, w)
                 if k < last:
-                    x = torch.relu_(x) if self.arch == "cnn" else torch.tanh_(x)
+                    x = torch.tanh_(x) if self.arch == "mlp" else torch.relu_(x)
             else:
                 b = self.biases[k][slots]
                 c = x.shape[1]
