@@ -86,15 +86,15 @@ def test_default_preset_solves_cartpole(tmp_path: Path) -> None:
 
 def test_killed_run_resumes_its_counters_and_config_and_evaluates(tmp_path: Path, capsys) -> None:
     run_dir, saved = kill_and_resume(tmp_path, "train", "dqn", "--env", "CartPole-v1",
-                                     "--total-steps", "4000", "--learning-starts", "1000",
+                                     "--total-steps", "8000", "--learning-starts", "1000",
                                      "--double", "--prioritized", "--n-step", "3",
                                      "--save-replay")  # fmt: skip
-    assert 0 < saved < 4000
+    assert 0 < saved < 8000
     assert not (run_dir / "log.txt").exists()  # it resumed with its replay: nothing to say
     state = run.load_checkpoint(run_dir)
-    assert state["global_step"] == 4000 and state["updates"] == 300  # every 10 steps after 1000
-    assert int(state["agent"]["policy"]["steps"]) == 4000  # the epsilon schedule's step counter
-    assert [s for s, _ in metric(run_dir, "charts/SPS")] == [2000, 3000, 4000]
+    assert state["global_step"] == 8000 and state["updates"] == 700  # every 10 steps after 1000
+    assert int(state["agent"]["policy"]["steps"]) == 8000  # the epsilon schedule's step counter
+    assert [s for s, _ in metric(run_dir, "charts/SPS")] == list(range(2000, 8001, 1000))
     config = json.loads((run_dir / "config.json").read_text())["config"]
     assert config["buffer_size"] == 10_000 and config["n_step"] == 3 and config["double"]
     capsys.readouterr()
