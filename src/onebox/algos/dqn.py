@@ -129,8 +129,8 @@ class Config:
     name: str | None = None
     """Run folder name (default: env__dqn__seed__time)."""
     checkpoint_minutes: float = 10.0
-    """Save a checkpoint (with the replay buffer) this often, and always at the end or on Ctrl-C;
-    0 = only at the end."""
+    """Save a checkpoint this often (the replay buffer too with `--save-replay`), and always at the
+    end or on Ctrl-C; 0 = only at the end."""
     save_replay: bool = False
     """Also save the replay buffer with each checkpoint (`replay.npz` in the run folder; Atari's
     1M transitions take about 7.5 GB), so that a resumed run continues with it. Without it a
