@@ -217,3 +217,69 @@ def test_recurrent_state_is_carried_by_env_in_both_modes() -> None:
     torch.testing.assert_close(rewards[truncated], torch.full_like(rewards[truncated], 24.4))
     assert truncated.any() and (ends & ~truncated).any()
     assert not (truncated & ~ends).any()
+
+
+def _cat(a, b):
+    return {k: _cat(a[k], b[k]) for k in a} if isinstance(a, dict) else np.concatenate([a, b])
+
+
+class StarvingPool:
+    """A pool of `batch_size = num_envs / 2` over a real one that returns single envs: its `recv`
+    passes the envs in `starved` over while any other env is done or in flight (as a pool whose
+    scheduling favours some envs does), for its first `calls` envs returned."""
+
+    def __init__(self, envs: onebox.envs.EnvPool, starved: set[int], calls: int) -> None:
+        self.envs, self.starved, self.calls = envs, starved, calls
+        self.batch_size = envs.num_envs // 2
+        self.ready: dict[int, tuple] = {}
+        self.in_flight: set[int] = set()
+
+    def __getattr__(self, name: str):
+        return getattr(self.envs, name)
+
+    def async_reset(self, seed=None) -> None:
+        self.envs.async_reset(seed=seed)
+        self.in_flight = set(range(self.envs.num_envs))
+
+    def send(self, actions, env_ids) -> None:
+        self.envs.send(actions, env_ids)
+        self.in_flight.update(int(i) for i in env_ids)
+
+    def recv(self):
+        first = self._recv_one()
+        return tuple(_cat(a, b) for a, b in zip(first, self._recv_one(), strict=True))
+
+    def _recv_one(self):
+        self.calls -= 1
+        if self.calls < 0:  # no longer starving: the oldest result first
+            if not self.ready:
+                return self._take_one()
+            return self.ready.pop(next(iter(self.ready)))
+        others = lambda: [i for i in self.ready if i not in self.starved]  # noqa: E731
+        while not others() and (self.in_flight - self.starved or not self.ready):
+            self._take_one(keep=True)
+        return self.ready.pop((others() or list(self.ready))[0])
+
+    def _take_one(self, keep: bool = False):
+        result = self.envs.recv()
+        i = int(result[4]["env_id"][0])
+        self.in_flight.discard(i)
+        if keep:
+            self.ready[i] = result
+        return result
+
+
+def test_double_buffering_holds_back_envs_a_rollout_ahead() -> None:
+    """Envs that run a whole rollout ahead of a starved one wait for the next rollout (they were
+    an error before): the rollouts are still the sync sampler's, env by env."""
+    steps, out = 5, {}
+    for double in (False, True):
+        envs = onebox.envs.make("CartPole-v1", 4, batch_size=1 if double else None,
+                                num_threads=1, seed=3, autoreset_mode="SameStep")  # fmt: skip
+        pool = StarvingPool(envs, starved={2, 3}, calls=34) if double else envs
+        sampler = Sampler(pool, PolePolicy(), steps, gamma=0.9, double_buffered=double)
+        sampler.reset(seed=3)
+        out[double] = [sampler.collect().obs.clone().numpy() for _ in range(3)]
+        envs.close()
+    for sync, double in zip(out[False], out[True], strict=True):
+        np.testing.assert_array_equal(sync, double)

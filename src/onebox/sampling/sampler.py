@@ -223,6 +223,9 @@ class Sampler:
         self._all = np.arange(n)
         self._sent = np.zeros(n, np.int64)  # double: steps sent in this rollout, per env
         self._fresh = np.zeros(n, bool)  # double: the next recv of this env is its reset
+        # double: envs a whole rollout ahead of the others, held until the next rollout opens
+        self._held_ids = np.zeros(0, np.int64)
+        self._held_obs: list[torch.Tensor] = []
         self._obs: torch.Tensor | None = None  # sync: the observations to act on
         self._started = False
 
@@ -239,6 +242,7 @@ class Sampler:
             self.envs.async_reset(seed=seed)
             self._sent[:] = 0
             self._fresh[:] = True
+            self._held_ids, self._held_obs = np.zeros(0, np.int64), []
             return
         obs, _ = self.envs.reset(seed=seed)
         self._obs = self._to_device(obs, update=True)
@@ -282,12 +286,16 @@ class Sampler:
             st = self._storage
             bufs = [st.obs, st.actions, st.logprobs, st.values, st.rewards, st.ends]
             for buf in bufs if st.starts is None else [*bufs, st.starts]:
-                buf[:ahead] = buf[t : t + ahead]
+                buf[:ahead] = buf[t : t + ahead].clone()  # a held env's rows overlap row t
             if st.state is not None:  # every env took its step T, this rollout's step 0
                 assert self._next_state is not None
                 st.state[0].copy_(self._next_state[0])
                 st.state[1].copy_(self._next_state[1])
         self._sent -= np.minimum(self._sent, t)
+        if len(self._held_ids):  # their observations open this rollout's step t + 1
+            ids, obs = self._held_ids, torch.cat(self._held_obs)
+            self._held_ids, self._held_obs = np.zeros(0, np.int64), []
+            self._send(ids, obs)
         # An env's results for step s arrive when sent = s + 1; the rollout is complete when
         # every env has sent step t (the row holding its next observation and value).
         while self._sent.min() <= t:
@@ -297,15 +305,27 @@ class Sampler:
             fresh = self._fresh[ids]  # their first observation after async_reset()
             self._fresh[ids] = False
             obs = self._record(self._sent[ids] - 1, ids, result, keep=~fresh)
-            rows = self._sent[ids]
-            if rows.max() > 2 * t:
-                raise RuntimeError(
-                    "an env ran a whole rollout ahead of the others; the pool starves some envs"
-                )
-            actions = self._act(rows, ids, obs)
-            with self.timer("env"):
-                self.envs.send(actions, ids.astype(np.int32))
-            self._sent[ids] += 1
+            over = self._sent[ids] > 2 * t  # a whole rollout ahead: no row left for them
+            if over.any():  # the pool's scheduling passed others over; hold these envs back
+                in_flight = len(self._all) - len(self._held_ids) - int(over.sum())
+                if in_flight < self.envs.batch_size:
+                    raise RuntimeError(
+                        "envs ran a whole rollout ahead of the others and too few are left in "
+                        "flight to fill a batch; the pool starves some envs"
+                    )
+                keep = torch.as_tensor(over, device=obs.device)
+                self._held_ids = np.concatenate([self._held_ids, ids[over]])
+                self._held_obs.append(obs[keep])
+                ids, obs = ids[~over], obs[~keep]
+            if len(ids):
+                self._send(ids, obs)
+
+    def _send(self, ids: np.ndarray, obs: torch.Tensor) -> None:
+        """Act for envs `ids` at their next rows and send them a step."""
+        actions = self._act(self._sent[ids], ids, obs)
+        with self.timer("env"):
+            self.envs.send(actions, ids.astype(np.int32))
+        self._sent[ids] += 1
 
     # ---- pieces -------------------------------------------------------------------------------
 
