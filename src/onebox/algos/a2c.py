@@ -30,29 +30,16 @@ from onebox.algos.common import check_positive
 from onebox.algos.onpolicy import Agent, build_agent, resolve_common, run_loop
 from onebox.nn.networks import ActorCritic
 from onebox.run import load_config
+from onebox.run.config import TorchConfig
+from onebox.run.presets import Presets
 from onebox.sampling import Rollout, gae
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "classic": dict(total_steps=500_000, num_envs=8, ent_coef=0.0, vf_coef=0.5,
-                    normalize_obs=False, normalize_reward=False),
-    "atari": dict(total_steps=10_000_000, num_envs=16, ent_coef=0.01, vf_coef=0.25,
-                  normalize_obs=False, normalize_reward=False),
-    "continuous": dict(total_steps=1_000_000, num_envs=8, ent_coef=0.0, vf_coef=0.5,
-                       normalize_obs=True, normalize_reward=True),
-}  # fmt: skip
-"""SB3 / Zoo hyperparameters per env family; the fields left None in `Config` come from here."""
 
 
 @dataclasses.dataclass
-class Config:
+class Config(TorchConfig):
     """Train an agent with A2C. Fields left unset come from the env family's preset."""
 
-    env: str = "CartPole-v1"
-    """Env id (`onebox envs` lists them)."""
-    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
-    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
     preset: Literal["auto", "classic", "atari", "continuous"] = "auto"
-    """Hyperparameter preset: `auto` picks by env (Atari, continuous actions, or classic)."""
     total_steps: int | None = None
     """Env steps to train for (preset: 500k classic, 10M Atari, 1M continuous)."""
     num_envs: int | None = None
@@ -89,28 +76,19 @@ class Config:
     """`sync` steps all envs then infers; `double` overlaps two halves (needs even num_envs)."""
     num_threads: int | None = None
     """Env pool threads (default: physical cores)."""
-    torch_threads: int | None = None
-    """CPU threads for torch (default: 1 for MLPs, the physical cores for CNNs)."""
     log_every: int = 100
     """Log the losses every this many updates (episodes are always logged)."""
-    seed: int = 1
-    """Seed of the env pool, the network initialization and the sampling."""
-    device: str = "auto"
-    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, `cuda:1`, ..."""
-    torch_deterministic: bool = True
-    """Deterministic cuDNN kernels."""
-    runs_dir: str = "runs"
-    """Where run folders are created."""
-    name: str | None = None
-    """Run folder name (default: env__a2c__seed__time)."""
-    checkpoint_minutes: float = 10.0
-    """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
-    progress: bool | None = None
-    """Show a progress bar (default: when stderr is a terminal)."""
-    track: bool = False
-    """Also log to Weights & Biases."""
-    wandb_project: str = "onebox"
-    """Weights & Biases project for `--track`."""
+
+
+PRESETS = Presets(Config, {
+    "classic": dict(total_steps=500_000, num_envs=8, ent_coef=0.0, vf_coef=0.5,
+                    normalize_obs=False, normalize_reward=False),
+    "atari": dict(total_steps=10_000_000, num_envs=16, ent_coef=0.01, vf_coef=0.25,
+                  normalize_obs=False, normalize_reward=False),
+    "continuous": dict(total_steps=1_000_000, num_envs=8, ent_coef=0.0, vf_coef=0.5,
+                       normalize_obs=True, normalize_reward=True),
+})  # fmt: skip
+"""SB3 / Zoo hyperparameters per env family; the fields left None in `Config` come from here."""
 
 
 def resolve(config: Config) -> Config:

@@ -41,38 +41,25 @@ from onebox.algos import a2c
 from onebox.algos.common import (
     check_lstm,
     check_positive,
-    fill_preset,
     greedy_policy,
-    open_run,
     parse_env_options,
-    preset_of,
     probe_env,
     seed_everything,
 )
 from onebox.algos.onpolicy import Agent
 from onebox.nn.networks import ActorCritic
+from onebox.run.config import TrainConfig
+from onebox.run.presets import Presets
 from onebox.sampling import Sampler
 from onebox.supervisor import FROM_WORKER, RestartLimitError, Supervisor, Worker
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "classic": dict(total_steps=500_000, envs_per_actor=8, ent_coef=0.0),
-    "atari": dict(total_steps=10_000_000, envs_per_actor=4, ent_coef=0.01),
-    "continuous": dict(total_steps=1_000_000, envs_per_actor=8, ent_coef=0.0),
-}
-"""Per env family; the fields left None in `Config` come from here."""
-
 
 @dataclasses.dataclass
-class Config:
+class Config(TrainConfig):
     """Train an agent with A3C: Hogwild worker processes sharing one model. Fields left unset
     come from the env family's preset."""
 
-    env: str = "CartPole-v1"
-    """Env id (`onebox envs` lists them)."""
-    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
-    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
     preset: Literal["auto", "classic", "atari", "continuous"] = "auto"
-    """Hyperparameter preset: `auto` picks by env (Atari, continuous actions, or classic)."""
     total_steps: int | None = None
     """Env steps to train for, summed over all actors (preset: 500k classic, 10M Atari, 1M
     continuous)."""
@@ -110,20 +97,14 @@ class Config:
     """Worker restarts allowed before the run fails (a worker that keeps dying is a bug)."""
     log_every: int = 100
     """Each worker sends its mean losses every this many of its updates."""
-    seed: int = 1
-    """Seed of the network initialization; worker k's envs and sampling get distinct seeds."""
-    runs_dir: str = "runs"
-    """Where run folders are created."""
-    name: str | None = None
-    """Run folder name (default: env__a3c__seed__time)."""
-    checkpoint_minutes: float = 10.0
-    """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
-    progress: bool | None = None
-    """Show a progress bar (default: when stderr is a terminal)."""
-    track: bool = False
-    """Also log to Weights & Biases."""
-    wandb_project: str = "onebox"
-    """Weights & Biases project for `--track`."""
+
+
+PRESETS = Presets(Config, {
+    "classic": dict(total_steps=500_000, envs_per_actor=8, ent_coef=0.0),
+    "atari": dict(total_steps=10_000_000, envs_per_actor=4, ent_coef=0.01),
+    "continuous": dict(total_steps=1_000_000, envs_per_actor=8, ent_coef=0.0),
+})  # fmt: skip
+"""Per env family; the fields left None in `Config` come from here."""
 
 
 def resolve(config: Config) -> Config:
@@ -132,8 +113,7 @@ def resolve(config: Config) -> Config:
         onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
     family, obs_space, act_space = probe_env(config.env, **parse_env_options(config.env_options))
     ActorCritic.check_spaces(obs_space, act_space)
-    family = config.preset if config.preset != "auto" else family
-    config = dataclasses.replace(fill_preset(config, preset_of(PRESETS, family)), preset=family)
+    config = PRESETS.fill(config, config.preset if config.preset != "auto" else family)
     check_positive(config, "total_steps", "actors", "envs_per_actor", "num_steps")
     check_positive(config, "learning_rate", "rms_eps", "max_grad_norm", "num_threads", "log_every")
     check_lstm(config.lstm)
@@ -315,73 +295,54 @@ class Workers:
 
 # ---- the run ------------------------------------------------------------------------------------
 
-CHECKPOINT_KEYS = ("agent", "global_step", "starts", "elapsed")
-"""What an A3C checkpoint holds."""
+CHECKPOINT_KEYS = ("agent", "starts")
+"""What an A3C checkpoint holds besides the session's counters."""
 
 
 def train(config: Config, resume: Path | None = None) -> Path:
     """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    config, run_dir, state = open_run(config, resume, "a3c", resolve, keys=CHECKPOINT_KEYS)
+    session = run.RunSession.open(config, resume, "a3c", resolve, keys=CHECKPOINT_KEYS)
+    config, state = session.config, session.checkpoint
     seed_everything(config.seed)
     with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
         agent = make_agent(config, probe)
-    global_step, starts, elapsed = 0, 0, 0.0
+    starts = 0
     if state is not None:
         agent.load_state_dict(state["agent"])
-        global_step, starts, elapsed = state["global_step"], state["starts"], state["elapsed"]
+        starts = state["starts"]
     share(agent)
-
-    logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
-                        project=config.wandb_project, config=config)  # fmt: skip
-    checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
-    workers = Workers(config, agent, global_step, starts)
-    start_time, start_step = time.perf_counter(), global_step
-    last_log = start_time
+    workers = Workers(config, agent, session.step, starts)
+    start_step, last_log = session.step, time.perf_counter()
 
     def log(reports: list[Report], charts: bool | None = None) -> None:
         """Log the reports, and SPS and restarts if `charts` (None: once a second)."""
         nonlocal last_log
         for _rank, step, returns, lengths, losses in reports:
-            if returns:
-                logger.episodes(step, returns, lengths)
+            session.episodes(step, returns, lengths)
             if losses:
-                logger.scalars(step, losses)
+                session.log(step, losses)
         now = time.perf_counter()
         step = workers.step
         if charts is None:
             charts = now - last_log >= 1.0
         if step > start_step and charts:
-            logger.scalars(step, {"charts/SPS": (step - start_step) / (now - start_time),
-                                  "charts/actor_restarts": workers.restarts})  # fmt: skip
+            session.log(step, {**session.rates(step), "charts/actor_restarts": workers.restarts})
             last_log = now
 
-    def save() -> None:
-        logger.flush()
-        checkpointer.save({
-            "agent": agent.state_dict(), "global_step": workers.step,
-            "starts": workers.starts, "elapsed": logger.elapsed(),
-        })  # fmt: skip
+    def checkpoint() -> dict[str, Any]:
+        return {"agent": agent.state_dict(), "starts": workers.starts}
 
-    with (
-        run.Progress(config.total_steps, start_step=global_step, enabled=config.progress,
-                     description=f"a3c {config.env}") as progress,
-        run.GracefulInterrupt() as interrupt,
-    ):  # fmt: skip
+    with session.start(checkpoint, total=config.total_steps):
         try:
-            while not workers.done and not interrupt.requested:
+            while not workers.done and not session.stopping:
                 log(workers.watch(timeout=0.1))
-                step = workers.step
-                progress.update(min(step, config.total_steps), logger.recent_return)
-                if checkpointer.due():
-                    save()
+                session.update(workers.step)
             log([], charts=True)  # SPS up to here, not the shutdown
             log(workers.close(), charts=False)
-            save()
+            session.step = workers.step
         finally:
             workers.close()
-            logger.close()
-    run.plot_curves(run_dir)
-    return run_dir
+    return session.run_dir
 
 
 def resume(run_dir: Path) -> Path:

@@ -8,8 +8,8 @@ A learner module supplies a `Setup`: what each actor runs (`ActorSpec`), the cha
 actors and learner (`onebox.sampling.channels`), and the `Learner` itself: the policy the
 inference server serves (named outputs: actions and what the learner records), `update(batch,
 server)` for one learner step on what the channel gives, and its state for checkpoints. This
-module does the rest, the same for all of them: the inference server, thread or process actors,
-the run folder, logs, progress bar, checkpoints (weights-only loadable), Ctrl-C and resume.
+module does the rest, the same for all of them: the inference server and thread or process
+actors, on a `RunSession` (run folder, logs, progress bar, checkpoints, Ctrl-C and resume).
 
 The run ends once `Setup.total_steps` env steps have reached the learner through the channel.
 Env states cannot be saved: on resume the actors' envs restart from seeds no earlier run used.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,13 +27,10 @@ import torch
 
 from onebox import run
 from onebox.algos import offpolicy
-from onebox.algos.common import open_run, parse_env_options, resolve_device, seed_everything
+from onebox.algos.common import parse_env_options, setup_torch
 from onebox.sampling.actors import ActorSpec, ProcessActors, ThreadActor, Weights
 from onebox.sampling.channels import ReplayChannel
 from onebox.sampling.inference import InferenceServer, OutputSpec, PolicyFn
-
-COUNTERS = ("updates", "global_step", "elapsed", "rng")
-"""What every actor-learner checkpoint holds besides the learner's own state."""
 
 
 class Learner(Protocol):
@@ -100,13 +96,12 @@ def train(
     """Train (or, with `resume`, continue the run in that folder); return the run folder.
 
     `setup(config, observation space, action space, device)` builds the learner's parts; `keys`
-    are those of its `state_dict`. The config's fields read here: env, env_options, seed,
-    device, torch_threads, actors, max_batch, timeout_ms, process_actors, actor_restarts,
-    checkpoint_minutes, progress, track, wandb_project (plus open_run's)."""
-    config, run_dir, state = open_run(config, resume, algo, resolve, keys=keys + COUNTERS)
-    device = resolve_device(config.device)
-    seed_everything(config.seed)
-    torch.set_num_threads(config.torch_threads or 1)
+    are those of its `state_dict`. The config is a `TorchConfig` with the fields actors,
+    max_batch, timeout_ms, process_actors, actor_restarts (and save_replay with a replay
+    channel)."""
+    session = run.RunSession.open(config, resume, algo, resolve, keys=(*keys, "updates"))
+    config, state = session.config, session.checkpoint
+    device = setup_torch(config)
     probe_spec = ActorSpec(env=config.env, num_envs=1, num_threads=1,
                            env_options=parse_env_options(config.env_options), unroll=1,
                            outputs={}, lstm=None)  # fmt: skip
@@ -114,55 +109,42 @@ def train(
         obs_space, act_space = probe.single_observation_space, probe.single_action_space
     parts = setup(config, obs_space, act_space, device)
     learner, channel, spec = parts.learner, parts.channel, parts.spec
-    updates, global_step, elapsed = 0, 0, 0.0
+    updates, global_step = 0, session.step
     refilled = False
     if state is not None:
         learner.load_state_dict(state)
-        updates, global_step, elapsed = state["updates"], state["global_step"], state["elapsed"]
-        run.set_rng_state(state["rng"])
+        updates = state["updates"]
         if parts.replay is not None:
-            refilled = not offpolicy.load_replay(config, run_dir, parts.replay.resume_from)
+            refilled = not offpolicy.load_replay(config, session.run_dir, parts.replay.resume_from)
     seed0 = config.seed + 10_000 * updates  # fresh env seeds on resume
 
-    # A batch is full once every actor has asked: no actor then waits out the timeout.
-    n = spec.num_envs
-    max_batch = min(config.max_batch, config.actors * n)
-    server = InferenceServer(learner.policy, obs_space, act_space, max_batch, config.timeout_ms,
-                             device, lstm=spec.lstm, max_restarts=config.actor_restarts,
-                             outputs=learner.outputs)  # fmt: skip
-    server.version = updates
-    weights = Weights(learner.net, updates) if parts.local is not None else None
-    seeds = [seed0 + a * n for a in range(config.actors)]
-    threads: list[ThreadActor] = []
-    procs: ProcessActors | None = None
-    if not config.process_actors:
-        for a in range(config.actors):
-            infer = (
-                parts.local(a, weights) if parts.local is not None and weights is not None
-                else functools.partial(server.infer, a)
-            )  # fmt: skip
-            threads.append(ThreadActor(a, spec, infer, channel, seeds[a]))
-
-    logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
-                        project=config.wandb_project, config=config)  # fmt: skip
-    if refilled:
-        offpolicy.note_refill(logger, global_step, config)
-    checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
-    split = run.TimeSplit()
-
-    def save() -> None:
-        logger.flush()
+    def checkpoint() -> dict[str, Any]:
         if parts.replay is not None and config.save_replay:  # first: never older than the run
-            parts.replay.save(run_dir / offpolicy.REPLAY_FILE)
-        checkpointer.save({**learner.state_dict(), "updates": updates, "global_step": global_step,
-                           "elapsed": logger.elapsed(), "rng": run.rng_state()})  # fmt: skip
+            parts.replay.save(session.run_dir / offpolicy.REPLAY_FILE)
+        return {**learner.state_dict(), "updates": updates}
 
-    start_time, start_step = time.perf_counter(), global_step
-    with (
-        run.Progress(parts.total_steps, start_step=global_step, enabled=config.progress,
-                     description=f"{algo} {config.env}") as progress,
-        run.GracefulInterrupt() as interrupt,
-    ):  # fmt: skip
+    with session.start(checkpoint, total=parts.total_steps):
+        if refilled:
+            offpolicy.note_refill(session.logger, global_step, config)
+        # A batch is full once every actor has asked: no actor then waits out the timeout.
+        n = spec.num_envs
+        max_batch = min(config.max_batch, config.actors * n)
+        server = InferenceServer(learner.policy, obs_space, act_space, max_batch,
+                                 config.timeout_ms, device, lstm=spec.lstm,
+                                 max_restarts=config.actor_restarts,
+                                 outputs=learner.outputs)  # fmt: skip
+        server.version = updates
+        weights = Weights(learner.net, updates) if parts.local is not None else None
+        seeds = [seed0 + a * n for a in range(config.actors)]
+        threads: list[ThreadActor] = []
+        procs: ProcessActors | None = None
+        if not config.process_actors:
+            for a in range(config.actors):
+                infer = (
+                    parts.local(a, weights) if parts.local is not None and weights is not None
+                    else functools.partial(server.infer, a)
+                )  # fmt: skip
+                threads.append(ThreadActor(a, spec, infer, channel, seeds[a]))
 
         def check() -> bool:  # while waiting for the channel: raise a failed actor's error
             for actor in threads:
@@ -170,38 +152,32 @@ def train(
                     raise RuntimeError(f"{actor.name} failed") from actor.error
             if procs is not None:
                 procs.check()
-            return interrupt.requested
+            return session.stopping
 
         try:
             for actor in threads:
                 actor.start()
             if config.process_actors:
                 procs = ProcessActors(config.actors, spec, server, channel, seeds)
-            while global_step < parts.total_steps and not interrupt.requested:
-                with split("wait"):
+            while global_step < parts.total_steps and not session.stopping:
+                with session.timer("wait"):
                     batch = channel.take(check)
                 if batch is None:
                     break
-                with split("learn"):
+                with session.timer("learn"):
                     stats = learner.update(batch, server)
                 updates += 1
                 if weights is not None and updates % parts.sync_every == 0:
                     weights.publish(learner.net, server.version)
                 steps, returns, lengths = channel.progress()
                 global_step += steps
-                if returns:
-                    logger.episodes(global_step, returns, lengths)
+                session.episodes(global_step, returns, lengths)
                 if updates % parts.log_every == 0:
-                    sps = (global_step - start_step) / (time.perf_counter() - start_time)
-                    stats.update({"charts/SPS": sps, "charts/updates": updates})
-                    stats.update({f"time/{k}": v for k, v in split.fractions().items()})
+                    stats.update({"charts/updates": updates, **session.rates(global_step)})
                     if procs is not None:
                         stats["charts/actor_restarts"] = procs.restarts()
-                    logger.scalars(global_step, stats)
-                progress.update(global_step, logger.recent_return)
-                if checkpointer.due():
-                    save()
-            save()
+                    session.log(global_step, stats)
+                session.update(global_step)
         finally:
             if procs is not None:
                 procs.close()
@@ -212,6 +188,4 @@ def train(
                 actor.join()
             if procs is not None:
                 procs.release()
-            logger.close()
-    run.plot_curves(run_dir)
-    return run_dir
+    return session.run_dir

@@ -48,42 +48,18 @@ from onebox.algos.common import (
 from onebox.algos.dqn import td_errors
 from onebox.nn.networks import QNetwork
 from onebox.replay import ReplayBatch, ReplayBuffer
+from onebox.run.config import TorchConfig
+from onebox.run.presets import Presets
 from onebox.sampling.actors import ActorSpec
 from onebox.sampling.channels import ReplayChannel
 from onebox.sampling.inference import InferenceServer
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "classic": dict(
-        total_steps=150_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=5e-4,
-        buffer_size=50_000, batch_size=64, learning_starts=2_000, target_update=500,
-        max_grad_norm=10.0, samples_per_insert=16.0,
-    ),
-    "atari": dict(
-        total_steps=50_000_000, actors=8, envs_per_actor=16, unroll=16,
-        learning_rate=0.00025 / 4, buffer_size=2_000_000, batch_size=512,
-        learning_starts=50_000, target_update=2_500, max_grad_norm=40.0, samples_per_insert=0.0,
-    ),
-}  # fmt: skip
-"""Per env family: Ape-X's published Atari settings (replay of 2M transitions, batch 512, Adam
-0.00025/4, target update every 2,500 learner steps, gradient clip 40; priority exponent 0.6 and
-importance-sampling exponent 0.4 and 3-step returns are the Config defaults), with 8 actors of
-16 envs in place of 360 single-env actors. For classic control a small table and batch, and
-actors held to 16 sampled transitions per inserted one: on CartPole-v1 (4 actors, 150k steps)
-the greedy policy played 500 in every evaluation episode for seeds 1 (20 episodes) and 3 (10),
-while the last 20 training episodes, actor 0's exploring with epsilon 0.4 among them, averaged
-374 and 410 (target updates every 250 updates over 100k steps: seed 3's greedy policy 275)."""
-
 
 @dataclasses.dataclass
-class Config:
+class Config(TorchConfig):
     """Train an agent with Ape-X DQN. Fields left unset come from the env family's preset."""
 
-    env: str = "CartPole-v1"
-    """Env id (`onebox envs` lists them); its actions must be Discrete."""
-    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
-    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
     preset: Literal["auto", "classic", "atari"] = "auto"
-    """Hyperparameter preset: `auto` picks by env (Atari or classic)."""
     total_steps: int | None = None
     """Env steps to train for, all actors together (preset: 150k classic, 50M Atari)."""
     actors: int | None = None
@@ -133,33 +109,37 @@ class Config:
     """Inference server: how long a request waits for others to join its batch."""
     num_threads: int = 1
     """Env pool threads per actor."""
-    torch_threads: int | None = None
-    """CPU threads for torch (default: 1 classic, physical cores Atari)."""
-    seed: int = 1
-    """Seed of the envs, the network initialization, exploration and replay sampling."""
-    device: str = "auto"
-    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, ..."""
-    runs_dir: str = "runs"
-    """Where run folders are created."""
-    name: str | None = None
-    """Run folder name (default: env__apex__seed__time)."""
-    checkpoint_minutes: float = 10.0
-    """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
     save_replay: bool = False
     """Also save the replay table with each checkpoint (`replay.npz` in the run folder), so
     that a resumed run continues with it. Without it a resumed run refills the table for
     `learning_starts` transitions before it learns again."""
-    progress: bool | None = None
-    """Show a progress bar (default: when stderr is a terminal)."""
-    track: bool = False
-    """Also log to Weights & Biases."""
-    wandb_project: str = "onebox"
-    """Weights & Biases project for `--track`."""
 
     @property
     def num_envs(self) -> int | None:
         """Envs of all actors together."""
         return self.actors * self.envs_per_actor if self.actors and self.envs_per_actor else None
+
+
+PRESETS = Presets(Config, {
+    "classic": dict(
+        total_steps=150_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=5e-4,
+        buffer_size=50_000, batch_size=64, learning_starts=2_000, target_update=500,
+        max_grad_norm=10.0, samples_per_insert=16.0,
+    ),
+    "atari": dict(
+        total_steps=50_000_000, actors=8, envs_per_actor=16, unroll=16,
+        learning_rate=0.00025 / 4, buffer_size=2_000_000, batch_size=512,
+        learning_starts=50_000, target_update=2_500, max_grad_norm=40.0, samples_per_insert=0.0,
+    ),
+})  # fmt: skip
+"""Per env family: Ape-X's published Atari settings (replay of 2M transitions, batch 512, Adam
+0.00025/4, target update every 2,500 learner steps, gradient clip 40; priority exponent 0.6 and
+importance-sampling exponent 0.4 and 3-step returns are the Config defaults), with 8 actors of
+16 envs in place of 360 single-env actors. For classic control a small table and batch, and
+actors held to 16 sampled transitions per inserted one: on CartPole-v1 (4 actors, 150k steps)
+the greedy policy played 500 in every evaluation episode for seeds 1 (20 episodes) and 3 (10),
+while the last 20 training episodes, actor 0's exploring with epsilon 0.4 among them, averaged
+374 and 410 (target updates every 250 updates over 100k steps: seed 3's greedy policy 275)."""
 
 
 def resolve(config: Config) -> Config:

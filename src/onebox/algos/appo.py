@@ -26,29 +26,8 @@ from onebox.algos import impala
 from onebox.algos.common import check_positive
 from onebox.algos.vtrace import vtrace
 from onebox.nn.networks import ActorCritic
+from onebox.run.presets import Presets
 from onebox.sampling.inference import InferenceServer
-
-PRESETS: dict[str, dict[str, Any]] = {
-    family: {**impala.PRESETS.get(family, {}), **own}
-    for family, own in {
-        "classic": dict(unroll=8, learning_rate=2.5e-3, update_epochs=4, num_minibatches=4),
-        "atari": dict(update_epochs=2, num_minibatches=2),
-        "minatar": dict(
-            total_steps=10_000_000, actors=2, envs_per_actor=16, unroll=32, batch_unrolls=4,
-            learning_rate=1e-3, optimizer="adam", max_grad_norm=0.5, update_epochs=4,
-            num_minibatches=4,
-        ),
-    }.items()
-}  # fmt: skip
-"""IMPALA's presets, with APPO's own for classic control: unrolls of 8 steps and 4 epochs of 4
-minibatches at Adam 2.5e-3. On CartPole-v1 (seeds 1-4) the best 20-episode mean reached 475 at
-21k-48k steps and 500 within 100k (IMPALA's preset with 2 epochs of 2: 500 within 200k); with
-`--lstm 64` it passed 150 at 27k-35k steps and reached 321-500 within 100k (IMPALA's preset:
-40-63 at 80k). For MinAtar (the MinAtar CNN): 2 actors x 16 envs, batches of 4 unrolls of 32 steps
-(2,048 steps), 4 epochs of 4 minibatches at Adam 1e-3, gradient clip 0.5, chosen to sit near
-purejaxql's MinAtar PPO at a batch a quarter of its size; not tuned. On MinAtar/Breakout-v1 at 1M
-steps (seeds 1-3) the last 100 training episodes averaged 7.6, 7.2 and 6.7, where PPO's preset
-reached 13.7-19.7 (docs/results.md)."""
 
 
 @dataclasses.dataclass
@@ -57,8 +36,6 @@ class Config(impala.Config):
     from the env family's preset (IMPALA's, with APPO's own for classic control and MinAtar)."""
 
     preset: Literal["auto", "classic", "atari", "minatar"] = "auto"
-    """Hyperparameter preset: `auto` picks by env (Atari, MinAtar or classic)."""
-
     unroll: int | None = None
     """Steps per unroll (preset: 8 classic, 20 Atari)."""
     learning_rate: float | None = None
@@ -73,6 +50,29 @@ class Config(impala.Config):
     columns)."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
+
+
+PRESETS = Presets(Config, {
+    family: {**impala.PRESETS.get(family, {}), **own}
+    for family, own in {
+        "classic": dict(unroll=8, learning_rate=2.5e-3, update_epochs=4, num_minibatches=4),
+        "atari": dict(update_epochs=2, num_minibatches=2),
+        "minatar": dict(
+            total_steps=10_000_000, actors=2, envs_per_actor=16, unroll=32, batch_unrolls=4,
+            learning_rate=1e-3, optimizer="adam", max_grad_norm=0.5, update_epochs=4,
+            num_minibatches=4,
+        ),
+    }.items()
+})  # fmt: skip
+"""IMPALA's presets, with APPO's own for classic control: unrolls of 8 steps and 4 epochs of 4
+minibatches at Adam 2.5e-3. On CartPole-v1 (seeds 1-4) the best 20-episode mean reached 475 at
+21k-48k steps and 500 within 100k (IMPALA's preset with 2 epochs of 2: 500 within 200k); with
+`--lstm 64` it passed 150 at 27k-35k steps and reached 321-500 within 100k (IMPALA's preset:
+40-63 at 80k). For MinAtar (the MinAtar CNN): 2 actors x 16 envs, batches of 4 unrolls of 32 steps
+(2,048 steps), 4 epochs of 4 minibatches at Adam 1e-3, gradient clip 0.5, chosen to sit near
+purejaxql's MinAtar PPO at a batch a quarter of its size; not tuned. On MinAtar/Breakout-v1 at 1M
+steps (seeds 1-3) the last 100 training episodes averaged 7.6, 7.2 and 6.7, where PPO's preset
+reached 13.7-19.7 (docs/results.md)."""
 
 
 def resolve(config: Config) -> Config:

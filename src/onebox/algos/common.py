@@ -1,5 +1,5 @@
-"""What every learner shares: device choice, seeding, env options from the command line,
-env-family presets, and the run loop's folder/logging/checkpoint plumbing."""
+"""What every learner shares: device choice, seeding, env options from the command line, env
+families, config checks and the greedy policies of `onebox eval`."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import ast
 import dataclasses
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
 import onebox.envs
-from onebox import run
+from onebox.run.config import TorchConfig
+from onebox.run.presets import Presets
 
 Family = Literal["classic", "atari", "continuous", "minatar"]
 
@@ -38,6 +38,14 @@ def seed_everything(seed: int, deterministic: bool = True) -> None:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = deterministic
+
+
+def setup_torch(config: TorchConfig) -> torch.device:
+    """Seed everything and set torch's threads as `config` says; return its device."""
+    device = resolve_device(config.device)
+    seed_everything(config.seed, config.torch_deterministic)
+    torch.set_num_threads(config.torch_threads or 1)
+    return device
 
 
 def parse_env_options(options: dict[str, str]) -> dict[str, Any]:
@@ -72,26 +80,6 @@ def probe_env(env_id: str, **env_kwargs: Any) -> tuple[Family, Any, Any]:
     return ("continuous" if hasattr(act_space, "low") else "classic"), obs_space, act_space
 
 
-def preset_of(presets: dict[str, dict[str, Any]], family: str) -> dict[str, Any]:
-    """The learner's preset for `family`; ValueError naming the ones it has if there is none."""
-    if family not in presets:
-        raise ValueError(
-            f"no {family!r} preset for this learner (it has {', '.join(presets)}); pick one with "
-            "--preset"
-        )
-    return presets[family]
-
-
-def fill_preset(config: Any, preset: dict[str, Any]) -> Any:
-    """`config` with every field that is None replaced by the preset's value."""
-    missing = {
-        f.name: preset[f.name]
-        for f in dataclasses.fields(config)
-        if getattr(config, f.name) is None and f.name in preset
-    }
-    return dataclasses.replace(config, **missing)
-
-
 def check_positive(config: Any, *names: str) -> None:
     """Raise ValueError naming the first of `names` that is not a positive number."""
     for name in names:
@@ -99,29 +87,6 @@ def check_positive(config: Any, *names: str) -> None:
         if value is None or value <= 0:
             flag = "--" + name.replace("_", "-")
             raise ValueError(f"{flag} must be positive, got {value}")
-
-
-def open_run(
-    config: Any,
-    resume: Path | None,
-    algo: str,
-    resolve: Callable[[Any], Any],
-    keys: tuple[str, ...] = (),
-) -> tuple[Any, Path, dict[str, Any] | None]:
-    """Start or reopen a run: without `resume`, resolve the config (raising on bad input before
-    anything is written), make a new run folder and save the resolved config there; with it,
-    check the stored config again (it may have been edited) and load the last checkpoint, which
-    must hold `keys`. Returns (config, run folder, checkpoint or None)."""
-    config = resolve(config)
-    if config.track:
-        run.import_wandb()  # a missing wandb fails here, before the run folder
-    if resume is not None:
-        return config, Path(resume), run.load_checkpoint(Path(resume), keys=keys)
-    run_dir = run.new_run_dir(
-        config.runs_dir, config.name, env_id=config.env, algo=algo, seed=config.seed
-    )
-    run.save_config(run_dir, config)
-    return config, run_dir, None
 
 
 def check_lstm(lstm: int | None) -> None:
@@ -164,7 +129,7 @@ SpaceCheck = Callable[[Any, Any], Any]
 """(observation space, action space) -> raises ValueError when a learner cannot take them."""
 
 
-def resolve_env(config: Any, presets: dict[str, dict[str, Any]], check_spaces: SpaceCheck) -> Any:
+def resolve_env(config: Any, presets: Presets, check_spaces: SpaceCheck) -> Any:
     """What every learner's config resolution starts with: check the env, its options and its
     spaces (`check_spaces`), fill the env family's preset (or `config.preset`'s) into the fields
     left None, pick thread counts, and check total_steps, num_envs, gamma and the device; raise
@@ -175,9 +140,7 @@ def resolve_env(config: Any, presets: dict[str, dict[str, Any]], check_spaces: S
     family, obs_space, act_space = probe_env(config.env, **env_kwargs)
     check_spaces(obs_space, act_space)
     family = config.preset if config.preset != "auto" else family
-    config = fill_preset(config, preset_of(presets, family))
-    if config.preset == "auto":
-        config = dataclasses.replace(config, preset=family)
+    config = presets.fill(config, family)
     if config.num_threads is None:
         config = dataclasses.replace(config, num_threads=onebox.envs.physical_cores())
     if config.torch_threads is None:

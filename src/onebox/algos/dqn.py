@@ -40,37 +40,15 @@ from onebox.algos.common import check_positive, greedy_q_policy, resolve_env
 from onebox.nn.networks import EpsilonGreedy, QNetwork
 from onebox.replay import ReplayBatch
 from onebox.run import load_config
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "classic": dict(total_steps=500_000, learning_rate=2.5e-4, buffer_size=10_000,
-                    target_network_frequency=500, batch_size=128, end_e=0.05,
-                    exploration_fraction=0.5, learning_starts=10_000, train_frequency=10),
-    "atari": dict(total_steps=10_000_000, learning_rate=1e-4, buffer_size=1_000_000,
-                  target_network_frequency=1000, batch_size=32, end_e=0.01,
-                  exploration_fraction=0.1, learning_starts=80_000, train_frequency=4),
-    "minatar": dict(total_steps=5_000_000, learning_rate=2.5e-4, buffer_size=100_000,
-                    target_network_frequency=1000, batch_size=32, end_e=0.1,
-                    exploration_fraction=0.02, learning_starts=5000, train_frequency=1),
-}  # fmt: skip
-"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here.
-`minatar` (the MinAtar CNN) is the MinAtar paper's DQN (Young and Tian 2019; the `minatar`
-package's examples/dqn.py): 5M frames, replay 100k, batch 32, step size 2.5e-4, a target copy
-every 1000 steps, epsilon 1 -> 0.1 over the first 100k frames (0.02 of 5M: with another
---total-steps, set --exploration-fraction to keep 100k), replay start 5000, an update every
-frame, gamma 0.99. It differs from the paper in the optimizer (Adam here, centered RMSProp with
-momentum 0.95 there) and the loss (squared TD error here, Huber there)."""
+from onebox.run.config import TorchConfig
+from onebox.run.presets import Presets
 
 
 @dataclasses.dataclass
-class Config:
+class Config(TorchConfig):
     """Train an agent with DQN. Fields left unset come from the env family's preset."""
 
-    env: str = "CartPole-v1"
-    """Env id (`onebox envs` lists them); its actions must be Discrete."""
-    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
-    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
     preset: Literal["auto", "classic", "atari", "minatar"] = "auto"
-    """Hyperparameter preset: `auto` picks by env (Atari, MinAtar or classic)."""
     total_steps: int | None = None
     """Env steps to train for (preset: 500k classic, 10M Atari)."""
     num_envs: int = 1
@@ -116,31 +94,30 @@ class Config:
     """Hidden layer widths of the MLP Q-network (vector observations)."""
     num_threads: int | None = None
     """Env pool threads (default: physical cores)."""
-    torch_threads: int | None = None
-    """CPU threads for torch (default: 1 for MLPs, the physical cores for CNNs)."""
-    seed: int = 1
-    """Seed of the env pool, the network initialization, exploration and replay sampling."""
-    device: str = "auto"
-    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, `cuda:1`, ..."""
-    torch_deterministic: bool = True
-    """Deterministic cuDNN kernels."""
-    runs_dir: str = "runs"
-    """Where run folders are created."""
-    name: str | None = None
-    """Run folder name (default: env__dqn__seed__time)."""
-    checkpoint_minutes: float = 10.0
-    """Save a checkpoint this often (the replay buffer too with `--save-replay`), and always at the
-    end or on Ctrl-C; 0 = only at the end."""
     save_replay: bool = False
     """Also save the replay buffer with each checkpoint (`replay.npz` in the run folder; Atari's
     1M transitions take about 7.5 GB), so that a resumed run continues with it. Without it a
     resumed run refills the buffer for `learning_starts` steps before it learns again."""
-    progress: bool | None = None
-    """Show a progress bar (default: when stderr is a terminal)."""
-    track: bool = False
-    """Also log to Weights & Biases."""
-    wandb_project: str = "onebox"
-    """Weights & Biases project for `--track`."""
+
+
+PRESETS = Presets(Config, {
+    "classic": dict(total_steps=500_000, learning_rate=2.5e-4, buffer_size=10_000,
+                    target_network_frequency=500, batch_size=128, end_e=0.05,
+                    exploration_fraction=0.5, learning_starts=10_000, train_frequency=10),
+    "atari": dict(total_steps=10_000_000, learning_rate=1e-4, buffer_size=1_000_000,
+                  target_network_frequency=1000, batch_size=32, end_e=0.01,
+                  exploration_fraction=0.1, learning_starts=80_000, train_frequency=4),
+    "minatar": dict(total_steps=5_000_000, learning_rate=2.5e-4, buffer_size=100_000,
+                    target_network_frequency=1000, batch_size=32, end_e=0.1,
+                    exploration_fraction=0.02, learning_starts=5000, train_frequency=1),
+})  # fmt: skip
+"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here.
+`minatar` (the MinAtar CNN) is the MinAtar paper's DQN (Young and Tian 2019; the `minatar`
+package's examples/dqn.py): 5M frames, replay 100k, batch 32, step size 2.5e-4, a target copy
+every 1000 steps, epsilon 1 -> 0.1 over the first 100k frames (0.02 of 5M: with another
+--total-steps, set --exploration-fraction to keep 100k), replay start 5000, an update every
+frame, gamma 0.99. It differs from the paper in the optimizer (Adam here, centered RMSProp with
+momentum 0.95 there) and the loss (squared TD error here, Huber there)."""
 
 
 def resolve(config: Config) -> Config:

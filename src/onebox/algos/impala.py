@@ -42,15 +42,15 @@ from onebox.algos import actor_learner
 from onebox.algos.common import (
     check_lstm,
     check_positive,
-    fill_preset,
     greedy_policy,
     parse_env_options,
-    preset_of,
     probe_env,
     resolve_device,
 )
 from onebox.algos.vtrace import vtrace
 from onebox.nn.networks import ActorCritic
+from onebox.run.config import TorchConfig
+from onebox.run.presets import Presets
 from onebox.sampling.actors import (
     ACTOR_CRITIC_OUTPUTS,
     ActorSpec,
@@ -62,32 +62,12 @@ from onebox.sampling.actors import (
 from onebox.sampling.channels import FifoChannel
 from onebox.sampling.inference import InferenceServer
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "classic": dict(
-        total_steps=500_000, actors=2, envs_per_actor=8, unroll=10, batch_unrolls=1,
-        learning_rate=2e-3, optimizer="adam", max_grad_norm=0.5,
-    ),
-    "atari": dict(
-        total_steps=10_000_000, actors=4, envs_per_actor=8, unroll=20, batch_unrolls=4,
-        learning_rate=6e-4, optimizer="rmsprop", max_grad_norm=40.0,
-    ),
-}  # fmt: skip
-"""Per env family: IMPALA's Atari settings (32 env-unrolls of 20 steps per batch, RMSProp 6e-4,
-grad clip 40), and for classic control small batches of one 8-env unroll of 10 steps, many quick
-updates: on CartPole-v1 this solved all 8 seeds tried within 150k steps (best 20-episode mean
-500), where 2 unrolls of 20 steps reached 280-500."""
-
 
 @dataclasses.dataclass
-class Config:
+class Config(TorchConfig):
     """Train an agent with IMPALA (V-trace). Fields left unset come from the env family's preset."""
 
-    env: str = "CartPole-v1"
-    """Env id (`onebox envs` lists them); discrete actions."""
-    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
-    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
     preset: Literal["auto", "classic", "atari"] = "auto"
-    """Hyperparameter preset: `auto` picks by env (Atari or classic)."""
     total_steps: int | None = None
     """Env steps to train for (preset: 500k classic, 10M Atari)."""
     actors: int | None = None
@@ -138,24 +118,6 @@ class Config:
     """Inference server: how long a request waits for others to join its batch."""
     num_threads: int = 1
     """Env pool threads per actor."""
-    torch_threads: int | None = None
-    """CPU threads for torch (default: 1 classic, physical cores Atari)."""
-    seed: int = 1
-    """Seed of the envs, the network initialization and the sampling."""
-    device: str = "auto"
-    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, ..."""
-    runs_dir: str = "runs"
-    """Where run folders are created."""
-    name: str | None = None
-    """Run folder name (default: env__impala__seed__time)."""
-    checkpoint_minutes: float = 10.0
-    """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
-    progress: bool | None = None
-    """Show a progress bar (default: when stderr is a terminal)."""
-    track: bool = False
-    """Also log to Weights & Biases."""
-    wandb_project: str = "onebox"
-    """Weights & Biases project for `--track`."""
 
     @property
     def batch_size(self) -> int:
@@ -164,7 +126,23 @@ class Config:
         return self.unroll * self.batch_unrolls * self.envs_per_actor
 
 
-def resolve(config: Config, presets: dict[str, dict[str, Any]] = PRESETS) -> Config:
+PRESETS = Presets(Config, {
+    "classic": dict(
+        total_steps=500_000, actors=2, envs_per_actor=8, unroll=10, batch_unrolls=1,
+        learning_rate=2e-3, optimizer="adam", max_grad_norm=0.5,
+    ),
+    "atari": dict(
+        total_steps=10_000_000, actors=4, envs_per_actor=8, unroll=20, batch_unrolls=4,
+        learning_rate=6e-4, optimizer="rmsprop", max_grad_norm=40.0,
+    ),
+})  # fmt: skip
+"""Per env family: IMPALA's Atari settings (32 env-unrolls of 20 steps per batch, RMSProp 6e-4,
+grad clip 40), and for classic control small batches of one 8-env unroll of 10 steps, many quick
+updates: on CartPole-v1 this solved all 8 seeds tried within 150k steps (best 20-episode mean
+500), where 2 unrolls of 20 steps reached 280-500."""
+
+
+def resolve(config: Config, presets: Presets = PRESETS) -> Config:
     """Fill the preset (from `presets`, per env family) and check every field; raise ValueError
     before any work starts."""
     env_kwargs = parse_env_options(config.env_options)
@@ -174,12 +152,9 @@ def resolve(config: Config, presets: dict[str, dict[str, Any]] = PRESETS) -> Con
     ActorCritic.check_spaces(obs_space, act_space)
     if family == "continuous":
         raise ValueError(f"impala here takes discrete actions; {config.env} has continuous ones")
-    family = config.preset if config.preset != "auto" else family
-    config = fill_preset(config, preset_of(presets, family))
-    if config.preset == "auto":
-        config = dataclasses.replace(config, preset=family)
+    config = presets.fill(config, config.preset if config.preset != "auto" else family)
     if config.torch_threads is None:
-        threads = onebox.envs.physical_cores() if family == "atari" else 1
+        threads = onebox.envs.physical_cores() if config.preset == "atari" else 1
         config = dataclasses.replace(config, torch_threads=threads)
     if config.queue_unrolls is None:
         config = dataclasses.replace(config, queue_unrolls=2 * (config.batch_unrolls or 1))

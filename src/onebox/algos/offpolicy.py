@@ -9,15 +9,14 @@ stops bootstrapping. Once `learning_starts` env steps have passed, an update is 
 `train_frequency` env steps: a sampled batch goes to the agent, whose new priorities (prioritized
 replay) go back to the buffer.
 
-A learner module supplies its config (with the fields read here: env, env_options, seed,
-total_steps, num_envs, buffer_size, batch_size, learning_starts, train_frequency, gamma, n_step,
-prioritized, priority_alpha, priority_beta, torch_threads, device, ...) and
-`make_agent(config, envs, device)`, an `Agent`.
+A learner module supplies its config (a `TorchConfig` with the fields read here: total_steps,
+num_envs, buffer_size, batch_size, learning_starts, train_frequency, gamma, n_step, prioritized,
+priority_alpha, priority_beta, save_replay, ...) and `make_agent(config, envs, device)`, an
+`Agent`. The run's folder, logs, checkpoints, progress bar and Ctrl-C are a `RunSession`'s.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,13 +27,7 @@ from gymnasium import spaces
 
 import onebox.envs
 from onebox import run
-from onebox.algos.common import (
-    check_positive,
-    open_run,
-    parse_env_options,
-    resolve_device,
-    seed_everything,
-)
+from onebox.algos.common import check_positive, parse_env_options, setup_torch
 from onebox.nn.networks import is_image
 from onebox.replay import ReplayBatch, ReplayBuffer
 from onebox.sampling import EpisodeTracker
@@ -153,95 +146,70 @@ def true_next_obs(next_obs: np.ndarray, ends: np.ndarray, info: dict[str, Any]) 
     return out
 
 
+CHECKPOINT_KEYS = ("agent", "updates")
+"""What a replay learner's checkpoint holds besides the session's counters."""
+
+
 def run_loop(
     config: Any, algo: str, resume: Path | None, *, resolve: Callable[[Any], Any],
     make_agent: MakeAgent,
 ) -> Path:  # fmt: skip
     """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    config, run_dir, state = open_run(config, resume, algo, resolve)
-    device = resolve_device(config.device)
-    seed_everything(config.seed, config.torch_deterministic)
-    torch.set_num_threads(config.torch_threads or 1)
+    session = run.RunSession.open(config, resume, algo, resolve, keys=CHECKPOINT_KEYS)
+    config, state = session.config, session.checkpoint
+    device = setup_torch(config)
     envs = make_envs(config)
     agent = make_agent(config, envs, device)
     buffer = make_buffer(config, envs)
     n = envs.num_envs
-    global_step, updates, elapsed, env_seed = 0, 0, 0.0, config.seed
+    global_step, updates, env_seed = session.step, 0, config.seed
     refilled = False
     if state is not None:
         agent.load_state_dict(state["agent"])
-        global_step, updates, elapsed = state["global_step"], state["updates"], state["elapsed"]
-        refilled = not load_replay(config, run_dir, buffer.resume_from)
+        updates = state["updates"]
+        refilled = not load_replay(config, session.run_dir, buffer.resume_from)
         # The envs restart from fresh episodes, with seeds no earlier episode used.
         env_seed = config.seed + global_step
     # Updates start once `learning_starts` steps are in the buffer (again after a refill).
     learn_from = (global_step if refilled else 0) + config.learning_starts
     obs, _ = envs.reset(seed=env_seed)
-    if state is not None:
-        run.set_rng_state(state["rng"])
-
-    logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
-                        project=config.wandb_project, config=config)  # fmt: skip
-    if refilled:
-        note_refill(logger, global_step, config)
-    checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
-    tracker, split, ids = EpisodeTracker(n), run.TimeSplit(), np.arange(n)
+    tracker, split, ids = EpisodeTracker(n), session.timer, np.arange(n)
     stats: dict[str, float] = {}
 
-    def save() -> None:
-        logger.flush()
+    def checkpoint() -> dict[str, Any]:
         if config.save_replay:  # first, so that a checkpoint never outlives its replay
-            buffer.save(run_dir / REPLAY_FILE)
-        checkpointer.save({
-            "agent": agent.state_dict(), "global_step": global_step,
-            "updates": updates, "elapsed": logger.elapsed(), "rng": run.rng_state(),
-        })  # fmt: skip
+            buffer.save(session.run_dir / REPLAY_FILE)
+        return {"agent": agent.state_dict(), "updates": updates}
 
-    start_time, start_step = time.perf_counter(), global_step
-    with (
-        run.Progress(config.total_steps, start_step=global_step, enabled=config.progress,
-                     description=f"{algo} {config.env}") as progress,
-        run.GracefulInterrupt() as interrupt,
-    ):  # fmt: skip
-        try:
-            while global_step + n <= config.total_steps and not interrupt.requested:
-                with split("inference"):
-                    actions = agent.act(obs, global_step)
-                with split("env"):
-                    next_obs, rewards, terminated, truncated, info = envs.step(actions)
-                ends = np.logical_or(terminated, truncated)
-                tracker.update(ids, rewards, ends, info)
-                with split("replay"):
-                    buffer.add(obs, actions, rewards, terminated, truncated,
-                               true_next_obs(next_obs, ends, info))  # fmt: skip
-                obs = next_obs
-                before, global_step = global_step, global_step + n
-                if global_step > learn_from:
-                    due = global_step // config.train_frequency - before // config.train_frequency
-                    for _ in range(due):
+    with envs, session.start(checkpoint, total=config.total_steps):
+        if refilled:
+            note_refill(session.logger, global_step, config)
+        while global_step + n <= config.total_steps and not session.stopping:
+            with split("inference"):
+                actions = agent.act(obs, global_step)
+            with split("env"):
+                next_obs, rewards, terminated, truncated, info = envs.step(actions)
+            ends = np.logical_or(terminated, truncated)
+            tracker.update(ids, rewards, ends, info)
+            with split("replay"):
+                buffer.add(obs, actions, rewards, terminated, truncated,
+                           true_next_obs(next_obs, ends, info))  # fmt: skip
+            obs = next_obs
+            before, global_step = global_step, global_step + n
+            if global_step > learn_from:
+                due = global_step // config.train_frequency - before // config.train_frequency
+                for _ in range(due):
+                    with split("replay"):
+                        batch = buffer.sample(config.batch_size)
+                    with split("learn"):
+                        stats, priorities = agent.update(batch, global_step)
+                    if priorities is not None:
                         with split("replay"):
-                            batch = buffer.sample(config.batch_size)
-                        with split("learn"):
-                            stats, priorities = agent.update(batch, global_step)
-                        if priorities is not None:
-                            with split("replay"):
-                                buffer.update_priorities(batch.indices, priorities.cpu().numpy())
-                        updates += 1
-                returns, lengths = tracker.pop()
-                if returns:
-                    logger.episodes(global_step, returns, lengths)
-                if global_step // LOG_EVERY > before // LOG_EVERY and stats:
-                    sps = (global_step - start_step) / (time.perf_counter() - start_time)
-                    logger.scalars(global_step, {
-                        **stats, "charts/SPS": sps, "charts/updates": updates,
-                        **{f"time/{k}": v for k, v in split.fractions().items()},
-                    })  # fmt: skip
-                progress.update(global_step, logger.recent_return)
-                if checkpointer.due():
-                    save()
-            save()
-        finally:
-            logger.close()
-            envs.close()
-    run.plot_curves(run_dir)
-    return run_dir
+                            buffer.update_priorities(batch.indices, priorities.cpu().numpy())
+                    updates += 1
+            session.episodes(global_step, *tracker.pop())
+            if global_step // LOG_EVERY > before // LOG_EVERY and stats:
+                session.log(global_step, {**stats, "charts/updates": updates,
+                                          **session.rates(global_step)})  # fmt: skip
+            session.update(global_step)
+    return session.run_dir

@@ -1,6 +1,6 @@
 """What the on-policy learners (PPO, A2C) share: the agent a checkpoint restores, the training env
-pool, the run loop (run folder, logs, progress bar, checkpoints, Ctrl-C, exact resume) around a
-`Sampler`, and the greedy policy of a finished run for `onebox eval`.
+pool, the run loop around a `Sampler` (on a `RunSession`: run folder, logs, progress bar,
+checkpoints, Ctrl-C, exact resume), and the greedy policy of a finished run for `onebox eval`.
 
 A learner module supplies its config (a dataclass with the fields `run_loop` reads: env, seed,
 total_steps, num_envs, num_steps, sampler, learning_rate, anneal_lr, gamma, lstm, torch_threads,
@@ -10,7 +10,6 @@ device, ...), `make_agent(config, envs, device)` and `update(config, agent, roll
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,14 +23,13 @@ from onebox.algos.common import (
     check_lstm,
     check_positive,
     greedy_policy,
-    open_run,
     parse_env_options,
-    resolve_device,
     resolve_env,
-    seed_everything,
+    setup_torch,
 )
 from onebox.nn.networks import ActorCritic
 from onebox.nn.normalize import ObsNormalizer, RewardScaler
+from onebox.run.presets import Presets
 from onebox.sampling import Rollout, Sampler
 
 
@@ -61,7 +59,7 @@ class Agent:
             self.reward_scaler.load_state_dict(state["reward_scaler"])
 
 
-def resolve_common(config: Any, presets: dict[str, dict[str, Any]]) -> Any:
+def resolve_common(config: Any, presets: Presets) -> Any:
     """Check the env and its options, fill the env family's preset (or `config.preset`'s) into
     the fields left None, pick thread counts, and check the fields every on-policy learner has
     (sizes, learning rate, sampler, gamma, gae_lambda, device); raise ValueError on bad input."""
@@ -111,8 +109,8 @@ def make_envs(config: Any, num_envs: int | None = None, seed: int | None = None)
     )
 
 
-CHECKPOINT_KEYS = ("agent", "iteration", "global_step", "elapsed", "rng", "env_seed")
-"""What an on-policy learner's checkpoint holds."""
+CHECKPOINT_KEYS = ("agent", "iteration", "env_seed")
+"""What an on-policy learner's checkpoint holds besides the session's counters."""
 
 MakeAgent = Callable[[Any, Any, torch.device], Agent]
 Update = Callable[[Any, Agent, Rollout], dict[str, float]]
@@ -134,16 +132,14 @@ def run_loop(
     `update`; its stats are logged every `log_every` iterations (and at the last one). The
     learning rate anneals linearly to 0 when `config.anneal_lr`.
     """
-    config, run_dir, state = open_run(config, resume, algo, resolve, keys=CHECKPOINT_KEYS)
+    session = run.RunSession.open(config, resume, algo, resolve, keys=CHECKPOINT_KEYS)
+    config, state = session.config, session.checkpoint
     batch = config.num_envs * config.num_steps
     num_iterations = max(1, config.total_steps // batch)
-    device = resolve_device(config.device)
-    seed_everything(config.seed, config.torch_deterministic)
-    torch.set_num_threads(config.torch_threads or 1)
+    device = setup_torch(config)
 
     envs = make_envs(config)
     agent = make_agent(config, envs, device)
-    split = run.TimeSplit()
     sampler = Sampler(
         envs,
         agent.net,
@@ -153,65 +149,36 @@ def run_loop(
         double_buffered=config.sampler == "double",
         obs_transform=agent.obs_norm,
         reward_transform=agent.reward_scaler,
-        timer=split,
+        timer=session.timer,
     )
-    iteration, global_step, env_seed, elapsed = 0, 0, config.seed, 0.0
+    iteration, global_step, env_seed = 0, session.step, config.seed
     if state is not None:
         agent.load_state_dict(state["agent"])
-        iteration, global_step = state["iteration"], state["global_step"]
-        elapsed = state["elapsed"]
+        iteration = state["iteration"]
         # Env states cannot be saved (an emulator's RAM, a simulator's contacts): the envs
         # restart from fresh episodes, with seeds no earlier episode used.
         env_seed = config.seed + iteration * envs.num_envs
     sampler.reset(seed=env_seed)
-    if state is not None:
-        run.set_rng_state(state["rng"])
 
-    logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
-                        project=config.wandb_project, config=config)  # fmt: skip
-    checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)
+    def checkpoint() -> dict[str, Any]:
+        return {"agent": agent.state_dict(), "iteration": iteration, "env_seed": env_seed}
 
-    def save() -> None:
-        logger.flush()  # the logs up to the checkpoint survive a kill, as the checkpoint does
-        checkpointer.save({
-            "agent": agent.state_dict(), "iteration": iteration, "global_step": global_step,
-            "elapsed": logger.elapsed(), "rng": run.rng_state(), "env_seed": env_seed,
-        })  # fmt: skip
-
-    start_time, start_step = time.perf_counter(), global_step
-    with (
-        run.Progress(config.total_steps, start_step=global_step, enabled=config.progress,
-                     description=f"{algo} {config.env}") as progress,
-        run.GracefulInterrupt() as interrupt,
-    ):  # fmt: skip
-        try:
-            while iteration < num_iterations and not interrupt.requested:
-                if config.anneal_lr:
-                    frac = 1.0 - iteration / num_iterations
-                    agent.optimizer.param_groups[0]["lr"] = frac * config.learning_rate
-                rollout = sampler.collect()
-                global_step += batch
-                with split("learn"):
-                    stats = update(config, agent, rollout)
-                iteration += 1
-                returns, lengths = sampler.episodes.pop()
-                if returns:
-                    logger.episodes(global_step, returns, lengths)
-                if iteration % log_every == 0 or iteration == num_iterations:
-                    sps = (global_step - start_step) / (time.perf_counter() - start_time)
-                    stats["charts/SPS"] = sps
-                    stats["charts/learning_rate"] = agent.optimizer.param_groups[0]["lr"]
-                    stats.update({f"time/{k}": v for k, v in split.fractions().items()})
-                    logger.scalars(global_step, stats)
-                progress.update(global_step, logger.recent_return)
-                if checkpointer.due():
-                    save()
-            save()
-        finally:
-            logger.close()
-            envs.close()
-    run.plot_curves(run_dir)
-    return run_dir
+    with envs, session.start(checkpoint, total=config.total_steps):
+        while iteration < num_iterations and not session.stopping:
+            if config.anneal_lr:
+                frac = 1.0 - iteration / num_iterations
+                agent.optimizer.param_groups[0]["lr"] = frac * config.learning_rate
+            rollout = sampler.collect()
+            global_step += batch
+            with session.timer("learn"):
+                stats = update(config, agent, rollout)
+            iteration += 1
+            session.episodes(global_step, *sampler.episodes.pop())
+            if iteration % log_every == 0 or iteration == num_iterations:
+                stats["charts/learning_rate"] = agent.optimizer.param_groups[0]["lr"]
+                session.log(global_step, {**stats, **session.rates(global_step)})
+            session.update(global_step)
+    return session.run_dir
 
 
 def load_policy(run_dir: Path, config: Any, make_agent: MakeAgent, device: str = "cpu") -> Policy:

@@ -33,49 +33,16 @@ from onebox.algos.common import check_positive
 from onebox.algos.onpolicy import Agent, build_agent, resolve_common, run_loop
 from onebox.nn.networks import ActorCritic
 from onebox.run import load_config
+from onebox.run.config import TorchConfig
+from onebox.run.presets import Presets
 from onebox.sampling import Rollout, gae
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "classic": dict(
-        total_steps=500_000, num_envs=4, num_steps=128, learning_rate=2.5e-4,
-        num_minibatches=4, update_epochs=4, clip_coef=0.2, ent_coef=0.01,
-        normalize_obs=False, normalize_reward=False,
-    ),
-    "atari": dict(
-        total_steps=10_000_000, num_envs=8, num_steps=128, learning_rate=2.5e-4,
-        num_minibatches=4, update_epochs=4, clip_coef=0.1, ent_coef=0.01,
-        normalize_obs=False, normalize_reward=False,
-    ),
-    "continuous": dict(
-        total_steps=1_000_000, num_envs=1, num_steps=2048, learning_rate=3e-4,
-        num_minibatches=32, update_epochs=10, clip_coef=0.2, ent_coef=0.0,
-        normalize_obs=True, normalize_reward=True,
-    ),
-    "minatar": dict(
-        total_steps=10_000_000, num_envs=64, num_steps=128, learning_rate=5e-3,
-        num_minibatches=8, update_epochs=4, clip_coef=0.2, ent_coef=1e-4,
-        normalize_obs=False, normalize_reward=False,
-    ),
-}  # fmt: skip
-"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here.
-`minatar` (the MinAtar CNN) is the PPO baseline of the PQN paper (Gallici et al. 2024), every
-number from purejaxql's `config/alg/ppo_minatar.yaml`: 10M steps, 64 envs x 128 steps, 4 epochs
-of 8 minibatches, Adam 5e-3 annealed, clip 0.2, entropy 1e-4, gamma 0.99, GAE lambda 0.95, value
-coefficient 0.5, gradient clip 0.5. At 1M steps here: Breakout 13.7-19.7 (3 seeds), Asterix 7.0,
-Freeway 52.8, Seaquest 3.8, SpaceInvaders 108.6 (2 seeds; docs/results.md)."""
 
 
 @dataclasses.dataclass
-class Config:
+class Config(TorchConfig):
     """Train an agent with PPO. Fields left unset come from the env family's preset."""
 
-    env: str = "CartPole-v1"
-    """Env id (`onebox envs` lists them)."""
-    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
-    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
     preset: Literal["auto", "classic", "atari", "continuous", "minatar"] = "auto"
-    """Hyperparameter preset: `auto` picks by env (Atari, MinAtar, continuous actions, or
-    classic)."""
     total_steps: int | None = None
     """Env steps to train for (preset: 500k classic, 10M Atari, 1M continuous)."""
     num_envs: int | None = None
@@ -118,27 +85,6 @@ class Config:
     """`sync` steps all envs then infers; `double` overlaps two halves (needs even num_envs)."""
     num_threads: int | None = None
     """Env pool threads (default: physical cores)."""
-    torch_threads: int | None = None
-    """CPU threads for torch (default: 1 for MLPs, whose small ops only lose from more; the
-    physical cores for CNNs)."""
-    seed: int = 1
-    """Seed of the env pool, the network initialization and the sampling."""
-    device: str = "auto"
-    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, `cuda:1`, ..."""
-    torch_deterministic: bool = True
-    """Deterministic cuDNN kernels."""
-    runs_dir: str = "runs"
-    """Where run folders are created."""
-    name: str | None = None
-    """Run folder name (default: env__ppo__seed__time)."""
-    checkpoint_minutes: float = 10.0
-    """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
-    progress: bool | None = None
-    """Show a progress bar (default: when stderr is a terminal)."""
-    track: bool = False
-    """Also log to Weights & Biases."""
-    wandb_project: str = "onebox"
-    """Weights & Biases project for `--track`."""
 
     @property
     def batch_size(self) -> int:
@@ -154,6 +100,36 @@ class Config:
     def num_iterations(self) -> int:
         assert self.total_steps is not None
         return max(1, self.total_steps // self.batch_size)
+
+
+PRESETS = Presets(Config, {
+    "classic": dict(
+        total_steps=500_000, num_envs=4, num_steps=128, learning_rate=2.5e-4,
+        num_minibatches=4, update_epochs=4, clip_coef=0.2, ent_coef=0.01,
+        normalize_obs=False, normalize_reward=False,
+    ),
+    "atari": dict(
+        total_steps=10_000_000, num_envs=8, num_steps=128, learning_rate=2.5e-4,
+        num_minibatches=4, update_epochs=4, clip_coef=0.1, ent_coef=0.01,
+        normalize_obs=False, normalize_reward=False,
+    ),
+    "continuous": dict(
+        total_steps=1_000_000, num_envs=1, num_steps=2048, learning_rate=3e-4,
+        num_minibatches=32, update_epochs=10, clip_coef=0.2, ent_coef=0.0,
+        normalize_obs=True, normalize_reward=True,
+    ),
+    "minatar": dict(
+        total_steps=10_000_000, num_envs=64, num_steps=128, learning_rate=5e-3,
+        num_minibatches=8, update_epochs=4, clip_coef=0.2, ent_coef=1e-4,
+        normalize_obs=False, normalize_reward=False,
+    ),
+})  # fmt: skip
+"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here.
+`minatar` (the MinAtar CNN) is the PPO baseline of the PQN paper (Gallici et al. 2024), every
+number from purejaxql's `config/alg/ppo_minatar.yaml`: 10M steps, 64 envs x 128 steps, 4 epochs
+of 8 minibatches, Adam 5e-3 annealed, clip 0.2, entropy 1e-4, gamma 0.99, GAE lambda 0.95, value
+coefficient 0.5, gradient clip 0.5. At 1M steps here: Breakout 13.7-19.7 (3 seeds), Asterix 7.0,
+Freeway 52.8, Seaquest 3.8, SpaceInvaders 108.6 (2 seeds; docs/results.md)."""
 
 
 def resolve(config: Config) -> Config:

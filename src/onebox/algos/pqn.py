@@ -34,27 +34,16 @@ from onebox.algos.common import check_positive, greedy_q_policy, resolve_env
 from onebox.algos.onpolicy import Agent, run_loop
 from onebox.nn.networks import EpsilonGreedy, QNetwork
 from onebox.run import load_config
+from onebox.run.config import TorchConfig
+from onebox.run.presets import Presets
 from onebox.sampling import Rollout
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "classic": dict(total_steps=500_000, num_envs=4, num_steps=128, learning_rate=2.5e-4,
-                    num_minibatches=4, update_epochs=4, end_e=0.05, exploration_fraction=0.5),
-    "atari": dict(total_steps=10_000_000, num_envs=8, num_steps=128, learning_rate=2.5e-4,
-                  num_minibatches=4, update_epochs=4, end_e=0.01, exploration_fraction=0.1),
-}  # fmt: skip
-"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here."""
 
 
 @dataclasses.dataclass
-class Config:
+class Config(TorchConfig):
     """Train an agent with PQN. Fields left unset come from the env family's preset."""
 
-    env: str = "CartPole-v1"
-    """Env id (`onebox envs` lists them); its actions must be Discrete."""
-    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
-    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
     preset: Literal["auto", "classic", "atari"] = "auto"
-    """Hyperparameter preset: `auto` picks by env (Atari or classic)."""
     total_steps: int | None = None
     """Env steps to train for (preset: 500k classic, 10M Atari)."""
     num_envs: int | None = None
@@ -88,26 +77,15 @@ class Config:
     """`sync` steps all envs then infers; `double` overlaps two halves (needs even num_envs)."""
     num_threads: int | None = None
     """Env pool threads (default: physical cores)."""
-    torch_threads: int | None = None
-    """CPU threads for torch (default: 1 for MLPs, the physical cores for CNNs)."""
-    seed: int = 1
-    """Seed of the env pool, the network initialization and the sampling."""
-    device: str = "auto"
-    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, `cuda:1`, ..."""
-    torch_deterministic: bool = True
-    """Deterministic cuDNN kernels."""
-    runs_dir: str = "runs"
-    """Where run folders are created."""
-    name: str | None = None
-    """Run folder name (default: env__pqn__seed__time)."""
-    checkpoint_minutes: float = 10.0
-    """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
-    progress: bool | None = None
-    """Show a progress bar (default: when stderr is a terminal)."""
-    track: bool = False
-    """Also log to Weights & Biases."""
-    wandb_project: str = "onebox"
-    """Weights & Biases project for `--track`."""
+
+
+PRESETS = Presets(Config, {
+    "classic": dict(total_steps=500_000, num_envs=4, num_steps=128, learning_rate=2.5e-4,
+                    num_minibatches=4, update_epochs=4, end_e=0.05, exploration_fraction=0.5),
+    "atari": dict(total_steps=10_000_000, num_envs=8, num_steps=128, learning_rate=2.5e-4,
+                  num_minibatches=4, update_epochs=4, end_e=0.01, exploration_fraction=0.1),
+})  # fmt: skip
+"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here."""
 
 
 def resolve(config: Config) -> Config:

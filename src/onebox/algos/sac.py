@@ -34,24 +34,16 @@ from onebox.algos.common import check_positive, resolve_env
 from onebox.nn.networks import ContinuousQ, SquashedGaussianActor, check_bounded_actions
 from onebox.replay import ReplayBatch
 from onebox.run import load_config
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "continuous": dict(total_steps=1_000_000, buffer_size=1_000_000, batch_size=256,
-                       learning_starts=5000),
-}  # fmt: skip
-"""CleanRL's hyperparameters; the fields left None in `Config` come from here."""
+from onebox.run.config import TorchConfig
+from onebox.run.presets import Presets
 
 
 @dataclasses.dataclass
-class Config:
+class Config(TorchConfig):
     """Train an agent with SAC. Fields left unset come from the preset."""
 
     env: str = "Pendulum-v1"
-    """Env id (`onebox envs` lists them); its actions must be a bounded 1-D Box."""
-    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
-    """The env's own options as KEY VALUE pairs."""
     preset: Literal["auto", "continuous"] = "auto"
-    """Hyperparameter preset (one: CleanRL's)."""
     total_steps: int | None = None
     """Env steps to train for (preset: 1M)."""
     num_envs: int = 1
@@ -92,31 +84,17 @@ class Config:
     """Hidden layer widths of the actor and critic MLPs."""
     num_threads: int | None = None
     """Env pool threads (default: physical cores)."""
-    torch_threads: int | None = None
-    """CPU threads for torch (default: 1)."""
-    seed: int = 1
-    """Seed of the env pool, the network initialization, the actions and replay sampling."""
-    device: str = "auto"
-    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, `cuda:1`, ..."""
-    torch_deterministic: bool = True
-    """Deterministic cuDNN kernels."""
-    runs_dir: str = "runs"
-    """Where run folders are created."""
-    name: str | None = None
-    """Run folder name (default: env__sac__seed__time)."""
-    checkpoint_minutes: float = 10.0
-    """Save a checkpoint this often (the replay buffer too with `--save-replay`), and always at the
-    end or on Ctrl-C; 0 = only at the end."""
     save_replay: bool = False
     """Also save the replay buffer with each checkpoint (`replay.npz` in the run folder; Atari's
     1M transitions take about 7.5 GB), so that a resumed run continues with it. Without it a
     resumed run refills the buffer for `learning_starts` steps before it learns again."""
-    progress: bool | None = None
-    """Show a progress bar (default: when stderr is a terminal)."""
-    track: bool = False
-    """Also log to Weights & Biases."""
-    wandb_project: str = "onebox"
-    """Weights & Biases project for `--track`."""
+
+
+PRESETS = Presets(Config, {
+    "continuous": dict(total_steps=1_000_000, buffer_size=1_000_000, batch_size=256,
+                       learning_starts=5000),
+})  # fmt: skip
+"""CleanRL's hyperparameters; the fields left None in `Config` come from here."""
 
 
 def resolve(config: Config) -> Config:

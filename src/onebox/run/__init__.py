@@ -2,20 +2,10 @@
 
 A run lives in `runs/<name>/`: `config.json` (the resolved config), TensorBoard events and
 `metrics.csv` (`Logger`), `checkpoint.pt` (`Checkpointer`, written atomically) and `curve.png`
-(`plot_curves`). A training loop puts them together:
-
-    run_dir = new_run_dir(env_id=cfg.env_id, algo="ppo", seed=cfg.seed)
-    save_config(run_dir, cfg)
-    ckpt = Checkpointer(run_dir, every_minutes=10)
-    with Logger(run_dir) as log, Progress(total) as bar, GracefulInterrupt() as stop:
-        while step < total and not stop.requested:
-            ...
-            log.episodes(step, returns, lengths)
-            bar.update(step, log.recent_return)
-            if ckpt.due():
-                ckpt.save({"model": ..., "step": step, "elapsed": log.elapsed(), "rng": rng_state()})
-        ckpt.save(...)
-    plot_curves(run_dir)
+(`plot_curves`). `RunSession` (`onebox.run.session`) puts them together for a training loop: the
+folder, the logs, the checkpoints, the progress bar, Ctrl-C and resume. The config fields every
+run shares are defined once in `onebox.run.config` (`RunConfig`, `TrainConfig`, `TorchConfig`),
+and presets are typed (`onebox.run.presets.Presets`).
 """
 
 from onebox.run.checkpoint import Checkpointer, load_checkpoint
@@ -24,6 +14,7 @@ from onebox.run.logger import Logger, import_wandb
 from onebox.run.plots import plot_curves
 from onebox.run.progress import Progress
 from onebox.run.rng import rng_state, set_rng_state
+from onebox.run.session import RunSession
 from onebox.run.signals import GracefulInterrupt
 from onebox.run.timing import TimeSplit
 from onebox.run.video import write_video
@@ -33,6 +24,7 @@ __all__ = [
     "GracefulInterrupt",
     "Logger",
     "Progress",
+    "RunSession",
     "TimeSplit",
     "import_wandb",
     "load_checkpoint",

@@ -83,6 +83,20 @@ def load_config(run_dir: Path, cls: type | None = None) -> Any:
         raise ValueError(str(e)) from None
 
 
+def as_field_type(value: Any, hint: Any, name: str, where: str) -> Any:
+    """`value` as a config field `name` of type `hint` holds it after a trip through
+    `config.json` (ints for floats, tuples for lists, ...); TypeError, its message starting with
+    `where`, if it is not of that type."""
+    try:
+        data = _encode(value, name)
+    except TypeError as e:
+        raise TypeError(f"{where}: {e}") from None
+    try:
+        return _decode(data, hint, name, where)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise TypeError(str(e)) from None
+
+
 def config_type(run_dir: Path) -> str:
     """The config type `run_dir/"config.json"` names, as "module:QualName" (nothing imported)."""
     return _read(run_dir)[0]

@@ -1,0 +1,62 @@
+"""The config fields every run shares, each defined once with its docstring (the CLI's help).
+
+    RunConfig      every run: `onebox train` learners and `onebox evolve`
+    TrainConfig    + the env's options: every learner
+    TorchConfig    + torch's device, threads and determinism: every learner but A3C (whose
+                   Hogwild workers share one model in CPU memory, one torch thread each)
+
+A learner's `Config` inherits one of them and adds its own fields. A subclass may narrow a
+field's type or change its default by declaring it again without a docstring (it keeps this
+one): every learner narrows `preset` to a `Literal` of its env families.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """The fields of every run."""
+
+    env: str = "CartPole-v1"
+    """Env id (`onebox envs` lists them)."""
+    preset: str = "auto"
+    """Hyperparameter preset, one per env family: `auto` picks the env's family (Atari, MinAtar,
+    MuJoCo or continuous actions, else classic)."""
+    seed: int = 1
+    """Seed of everything random in the run: envs, network initialization, exploration and
+    sampling."""
+    runs_dir: str = "runs"
+    """Where run folders are created."""
+    name: str | None = None
+    """Run folder name (default: ENV__ALGO__SEED__TIME)."""
+    checkpoint_minutes: float = 10.0
+    """Save a checkpoint this often (and always at the end or on Ctrl-C); 0 = only at the end."""
+    progress: bool | None = None
+    """Show a progress bar (default: when stderr is a terminal)."""
+    track: bool = False
+    """Also log to Weights & Biases."""
+    wandb_project: str = "onebox"
+    """Weights & Biases project for `--track`."""
+
+
+@dataclasses.dataclass
+class TrainConfig(RunConfig):
+    """The fields of every learner of `onebox train`."""
+
+    env_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The env's own options as KEY VALUE pairs, e.g. `--env-options stack_num 1`."""
+
+
+@dataclasses.dataclass
+class TorchConfig(TrainConfig):
+    """The fields of every learner that runs its networks on a device of its choice."""
+
+    device: str = "auto"
+    """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, `cuda:1`, ..."""
+    torch_threads: int | None = None
+    """CPU threads for torch (default: the physical cores for Atari's CNNs, else 1: small ops
+    only lose from more)."""
+    torch_deterministic: bool = True
+    """Deterministic cuDNN kernels."""
