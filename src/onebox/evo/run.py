@@ -35,24 +35,23 @@ from onebox.evo.ga import GA, GAParams
 from onebox.evo.presets import env_family, preset_fields
 from onebox.evo.rs import ARS, RandomSearch, RSParams
 from onebox.nn.population import PopulationNet, default_arch
+from onebox.run.config import RunConfig
+from onebox.run.presets import check_fields, fill_preset
+from onebox.run.session import RunSession
 
 
 @dataclass
-class EvolveConfig:
-    """Settings every neuroevolution algorithm shares."""
+class EvolveConfig(RunConfig):
+    """Settings every neuroevolution algorithm shares (with every run's, `RunConfig`)."""
 
-    env: str = "CartPole-v1"
-    """Env id (`onebox envs` lists them)."""
     preset: Literal["auto", "classic", "mujoco", "atari", "minatar"] = "auto"
-    """Hyperparameter preset: `auto` picks by env (Atari, MinAtar, MuJoCo, or classic)."""
+    seed: int = 0
     generations: int | None = None
     """Generations to run, in total, counting resumed ones (preset: 10-20 classic, 1000 MuJoCo,
     100 Atari)."""
     frame_budget: int | None = None
     """Stop after the generation that reaches this many env frames (0 or unset: no budget; on
     resume, unset keeps the run's)."""
-    seed: int = 0
-    """Seed of the algorithm's random stream (genomes, noise, env seeds)."""
     arch: Literal["mlp", "cnn", "minatar"] | None = None
     """Network: a tanh MLP, the Nature CNN or the MinAtar paper's CNN (default: the Nature CNN for
     (C, H, W) images, such as Atari's, the MinAtar CNN for MinAtar's bool grids, else the MLP)."""
@@ -80,19 +79,9 @@ class EvolveConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Network precision; bfloat16/float16 halve weight memory and bandwidth (meant for GPUs;
     on the CPU bfloat16 may be faster than float32, float16 much slower)."""
-    runs_dir: Path = Path("runs")
-    """Folder that holds run folders."""
-    name: str | None = None
-    """Run folder name (default: env__algo__seed__time)."""
     resume: Path | None = None
     """Continue the run in this folder from its checkpoint (with `--generations` and
     `--frame-budget` taken from the command line; `onebox evolve --resume RUN` keeps them)."""
-    checkpoint_minutes: float = 10.0
-    """Minutes between checkpoints (one is always written at the end)."""
-    track: bool = False
-    """Also log to Weights & Biases."""
-    progress: bool | None = None
-    """Show a progress bar (default: when stderr is a terminal)."""
 
 
 @dataclass
@@ -196,12 +185,12 @@ def params_of(config: AnyConfig) -> GAParams | ESParams | RSParams:
 def resolve(config: AnyConfig) -> AnyConfig:
     """Fill the env family's preset into the fields left None and check every field; raise
     ValueError on bad input (the env itself is checked when the evaluator makes it)."""
-    from onebox.algos.common import fill_preset
-
     if onebox.envs.backend_of(config.env) is None:
         onebox.envs.make(config.env)  # raises the unknown-id error with suggestions
     family = env_family(config.env) if config.preset == "auto" else config.preset
-    config = fill_preset(config, preset_fields(command_name(config), family))
+    algo = command_name(config)
+    values = check_fields(type(config), preset_fields(algo, family), f"{algo} preset {family!r}")
+    config = fill_preset(config, values)
     config = dataclasses.replace(config, preset=family, frame_budget=config.frame_budget or 0)
     if config.generations < 1:
         raise ValueError(f"--generations must be >= 1, got {config.generations}")
@@ -269,70 +258,32 @@ def resume(config: Any) -> int:
 
 def run(config: AnyConfig) -> int:
     """Run (or resume) an evolution run; return 0."""
-    from onebox.run import (
-        Checkpointer,
-        GracefulInterrupt,
-        Logger,
-        Progress,
-        import_wandb,
-        new_run_dir,
-        plot_curves,
-        rng_state,
-        save_config,
-        set_rng_state,
-    )
-
-    state = None
     if config.resume is not None:
         run_dir = Path(config.resume)
         config, state = open_resumed(run_dir, config)
+        session = RunSession(config, algo_name(config), resume=run_dir, checkpoint=state,
+                             step_key="frames")  # fmt: skip
     else:
         config = resolve(config)
-    if config.track:
-        import_wandb()  # a missing wandb fails here, before the run folder
+        session = RunSession(config, algo_name(config), step_key="frames")
     torch.set_num_threads(config.torch_threads)
     with make_evaluator(config) as evaluator:
         algo = make_algorithm(config, evaluator)
-        if state is None:  # all checked, the env made and the algorithm built: now the folder
-            run_dir = new_run_dir(config.runs_dir, config.name, env_id=config.env,
-                                  algo=algo_name(config), seed=config.seed)  # fmt: skip
-        save_config(run_dir, config)
-        elapsed = 0.0
-        if state is not None:
-            algo.load_state_dict(state["algo"])
-            evaluator.frames = int(state["frames"])
-            elapsed = float(state["elapsed"])
-            set_rng_state(state["rng"])
-        log = Logger(
-            run_dir, start_step=evaluator.frames, elapsed=elapsed, track=config.track, config=config
-        )
-        ckpt = Checkpointer(run_dir, config.checkpoint_minutes)
+        if session.checkpoint is not None:
+            algo.load_state_dict(session.checkpoint["algo"])
+        evaluator.frames = session.step
 
-        def save() -> None:
-            ckpt.save(
-                {
-                    "algo": algo.state_dict(),
-                    "frames": evaluator.frames,
-                    "elapsed": log.elapsed(),
-                    "rng": rng_state(),
-                    "best": algo.best().clone(),
-                    "obs_norm": algo.obs_norm(),
-                }
-            )
+        def checkpoint() -> dict[str, Any]:
+            return {"algo": algo.state_dict(), "best": algo.best().clone(),
+                    "obs_norm": algo.obs_norm()}  # fmt: skip
 
         total = config.generations
         assert total is not None
-        with (
-            log,
-            Progress(
-                total,
-                start_step=min(algo.generation, total),
-                enabled=config.progress,
-                description=f"evolve {algo_name(config)} {config.env}",
-            ) as bar,
-            GracefulInterrupt() as stop,
-        ):
-            while algo.generation < total and not stop.requested:
+        # all checked, the env made and the algorithm built: now the run folder
+        with session.start(checkpoint, total=total, progress=algo.generation,
+                           description=f"evolve {algo_name(config)} {config.env}",
+                           curve="fitness/score"):  # fmt: skip
+            while algo.generation < total and not session.stopping:
                 if config.frame_budget and evaluator.frames >= config.frame_budget:
                     break
                 t0, frames0 = time.perf_counter(), evaluator.frames
@@ -340,7 +291,7 @@ def run(config: AnyConfig) -> int:
                 gen = step_generation(algo, evaluator)
                 seconds = time.perf_counter() - t0
                 times = evaluator.timing.totals()
-                log.scalars(
+                session.log(
                     evaluator.frames,
                     {
                         "fitness/best": float(np.max(gen.fitness)),
@@ -355,12 +306,8 @@ def run(config: AnyConfig) -> int:
                         **gen.extra,
                     },
                 )
-                bar.update(algo.generation, gen.score)
-                if ckpt.due():
-                    save()
-            save()
-    plot_curves(run_dir, tag="fitness/score")
-    print(f"run folder: {run_dir}")
+                session.update(evaluator.frames, progress=algo.generation, shown=gen.score)
+    print(f"run folder: {session.run_dir}")
     return 0
 
 
