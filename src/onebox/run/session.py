@@ -93,7 +93,6 @@ class RunSession:
         algo: str,
         resolve: Callable[[Any], Any],
         keys: Sequence[str] = (),
-        step_key: str = "global_step",
     ) -> RunSession:
         """A new run of `resolve(config)` (ValueError on bad input, nothing written), or with
         `resume` the run in that folder: its stored `config` resolved again (it may have been
@@ -101,13 +100,8 @@ class RunSession:
         config = resolve(config)
         checkpoint = None
         if resume is not None:
-            keys = (*keys, step_key, "elapsed")
-            checkpoint = load_checkpoint(Path(resume), keys=keys)
-        return cls(config, algo, resume=resume, checkpoint=checkpoint, step_key=step_key)
-
-    @property
-    def resumed(self) -> bool:
-        return self.checkpoint is not None
+            checkpoint = load_checkpoint(Path(resume), keys=(*keys, "global_step", "elapsed"))
+        return cls(config, algo, resume=resume, checkpoint=checkpoint)
 
     @property
     def run_dir(self) -> Path:
