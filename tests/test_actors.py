@@ -13,6 +13,7 @@ from gymnasium import spaces
 
 from onebox.algos.impala import bootstrap_truncated, stack
 from onebox.nn.networks import ActorCritic
+from onebox.sampling.actor_client import InferResult
 from onebox.sampling.actors import (
     ACTOR_CRITIC_OUTPUTS,
     ActorSpec,
@@ -22,7 +23,6 @@ from onebox.sampling.actors import (
     Weights,
     collect,
 )
-from onebox.sampling.inference import InferResult
 
 GAMMA = 0.9
 

@@ -38,13 +38,8 @@ from torch import nn
 
 import onebox.envs
 from onebox.envs.shm import Block, Layout
-from onebox.sampling.inference import (
-    ActorClient,
-    InferenceServer,
-    InferResult,
-    OutputSpec,
-    PolicyFn,
-)
+from onebox.sampling.actor_client import ActorClient, InferResult, OutputSpec
+from onebox.sampling.inference import InferenceServer, PolicyFn
 from onebox.sampling.sampler import EpisodeTracker
 
 InferFn = Callable[[np.ndarray, np.ndarray, np.ndarray], InferResult]
