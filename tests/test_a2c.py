@@ -62,9 +62,11 @@ def test_update_matches_hand_computed_loss() -> None:
     rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     ends = torch.tensor([[False, False], [True, False], [False, False]])
     next_value = torch.tensor([0.5, -0.5])
-    rollout = Rollout(obs=obs, actions=actions, logprobs=torch.zeros(3, 2),
-                      values=values.view(3, 2), rewards=rewards, ends=ends,
-                      next_obs=torch.zeros(2, 3), next_value=next_value)  # fmt: skip
+    rollout = Rollout(obs=obs, actions=actions, rewards=rewards, terminated=ends,
+                      truncated=torch.zeros_like(ends),
+                      outputs={"logprobs": torch.zeros(3, 2), "values": values.view(3, 2)},
+                      final={"values": torch.zeros(3, 2)}, next_obs=torch.zeros(2, 3),
+                      next={"values": next_value})  # fmt: skip
     config = dataclasses.replace(a2c.Config(), ent_coef=0.01, vf_coef=0.5, max_grad_norm=1e9)
     optimizer = torch.optim.RMSprop(net.parameters(), lr=7e-4, alpha=0.99, eps=1e-5)
     stats = a2c.update(config, Agent(net, optimizer, None, None), rollout)

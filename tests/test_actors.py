@@ -13,16 +13,16 @@ from gymnasium import spaces
 
 from onebox.algos.impala import bootstrap_truncated, stack
 from onebox.nn.networks import ActorCritic
+from onebox.sampling import Rollout
+from onebox.sampling.actor_client import InferResult
 from onebox.sampling.actors import (
     ACTOR_CRITIC_OUTPUTS,
     ActorSpec,
     LocalPolicy,
-    Unroll,
     UnrollRing,
     Weights,
     collect,
 )
-from onebox.sampling.inference import InferResult
 
 GAMMA = 0.9
 
@@ -78,7 +78,7 @@ def test_truncated_rewards_are_bootstrapped_once_in_the_learner_from_the_final_o
     # The actor bootstraps nothing: the rewards are the env's.
     assert np.array_equal(u1["rewards"], np.ones((6, 3)))
     # The learner's transform bootstraps the truncated step, once: hand-computed.
-    unroll = Unroll.from_arrays(u1, *u1["episodes"])
+    unroll = Rollout.from_arrays(u1, *u1["episodes"])
     batch = bootstrap_truncated(stack([unroll], torch.device("cpu")), GAMMA)
     rewards = batch["rewards"].numpy()
     np.testing.assert_allclose(rewards[3], 1.0 + GAMMA * final_obs.sum(1), rtol=1e-6)
@@ -101,7 +101,7 @@ def test_terminated_steps_are_not_bootstrapped() -> None:
         "out.values": np.zeros((t, n), np.float32), "final.logprobs": np.zeros((t, n), np.float32),
         "final.values": np.full((t, n), 5.0, np.float32),
     }  # fmt: skip
-    batch = bootstrap_truncated(stack([Unroll.from_arrays(arrays, [], [])], "cpu"), GAMMA)
+    batch = bootstrap_truncated(stack([Rollout.from_arrays(arrays, [], [])], "cpu"), GAMMA)
     assert batch["rewards"][:, 0].tolist() == [1.0, 1.0]  # terminated (and truncated): no value
     assert batch["ends"].all()
 

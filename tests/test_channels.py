@@ -9,7 +9,7 @@ import threading
 import numpy as np
 
 from onebox.replay import ReplayBuffer
-from onebox.sampling.actors import Unroll
+from onebox.sampling import Rollout
 from onebox.sampling.channels import ReplayChannel, nstep_td_errors
 
 
@@ -29,12 +29,12 @@ def test_nstep_td_errors_hand_computed() -> None:
     assert td[:, 0].tolist() == [27.0, 51.0, 3.0]
 
 
-def unroll(obs: np.ndarray, rewards: np.ndarray, terminated: np.ndarray) -> Unroll:
+def unroll(obs: np.ndarray, rewards: np.ndarray, terminated: np.ndarray) -> Rollout:
     """An unroll of 1-d observations whose Q-values are (obs, 2 * obs); every action is 1."""
     t, n = rewards.shape
     q = np.stack([obs, 2 * obs], -1).astype(np.float32)
     nxt = np.concatenate([obs[1:], obs[-1:] + 1])
-    return Unroll(
+    return Rollout(
         obs=obs[..., None], actions=np.ones((t, n), np.int64), rewards=rewards,
         terminated=terminated, truncated=np.zeros((t, n), np.bool_),
         starts=np.zeros((t, n), np.bool_), versions=np.zeros((t, n), np.int64),

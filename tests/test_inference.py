@@ -14,7 +14,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from onebox.sampling.inference import ActorClient, InferenceServer
+from onebox.sampling.actor_client import ActorClient
+from onebox.sampling.inference import InferenceServer
 
 OBS = spaces.Box(-1e6, 1e6, (3,), np.float32)
 ACT = spaces.Discrete(1_000_000)
@@ -201,6 +202,19 @@ def test_a_killed_process_actor_is_restarted_with_a_fresh_state(tmp_path: Path) 
         assert server.restarts(0) == 1 and server.pid(0) != first_pid
         server.join(1, timeout=60)
         assert server.restarts(1) == 0
+
+
+def crashing_actor(client: ActorClient) -> None:
+    client.infer(np.ones((1, 3), np.float32))
+    raise ValueError("this actor always crashes")
+
+
+def test_an_actor_crashing_past_max_restarts_fails_with_its_last_words() -> None:
+    with InferenceServer(code_policy, OBS, ACT, timeout_ms=0, max_restarts=1, outputs=OUTPUTS) as s:
+        s.spawn(0, crashing_actor, 1)
+        with pytest.raises(RuntimeError, match=r"(?s)actor 0 is gone for good.*always crashes"):
+            s.join(0, timeout=60)
+        assert s.restarts(0) == 1 and s.failure(0) is not None
 
 
 def test_bench_inference_writes_its_section(tmp_path: Path) -> None:

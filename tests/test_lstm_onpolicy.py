@@ -61,7 +61,7 @@ def recurrent_rollout(
     with torch.no_grad():
         net.actor.weight.mul_(300.0)
     with envs:
-        sampler = Sampler(envs, net, steps, gamma=0.99, double_buffered=double)
+        sampler = Sampler(envs, net, steps, double_buffered=double)
         sampler.reset(seed=0)
         for _ in range(3):
             rollout = sampler.collect()
@@ -101,7 +101,8 @@ def test_a2c_loss_replays_the_stored_values() -> None:
     net, rollout = recurrent_rollout(False, steps=5)
     config = dataclasses.replace(a2c.Config(), ent_coef=0.0, vf_coef=0.5, lstm=16)
     _, stats = a2c.loss(config, net, rollout)
-    _, returns = gae(rollout.rewards, rollout.values, rollout.ends, rollout.next_value, 0.99, 1.0)
+    rewards = rollout.bootstrapped_rewards(0.99)
+    _, returns = gae(rewards, rollout.values, rollout.ends, rollout.next_value, 0.99, 1.0)
     expected = ((rollout.values - returns) ** 2).mean().item()
     assert stats["losses/value_loss"] == pytest.approx(expected, rel=1e-5)
 

@@ -166,10 +166,12 @@ def test_update_losses_match_hand_computed_values() -> None:
         actions = dist.sample()
         logprobs = net.log_prob(dist, actions)
         entropy = net.entropy(dist).mean().item()
+    no = torch.zeros(4, 2, dtype=torch.bool)
     rollout = Rollout(
-        obs=obs, actions=actions.view(4, 2), logprobs=logprobs.view(4, 2),
-        values=values.view(4, 2), rewards=torch.ones(4, 2), ends=torch.zeros(4, 2, dtype=torch.bool),
-        next_obs=torch.zeros(2, 3), next_value=torch.zeros(2),
+        obs=obs, actions=actions.view(4, 2), rewards=torch.ones(4, 2), terminated=no, truncated=no,
+        outputs={"logprobs": logprobs.view(4, 2), "values": values.view(4, 2)},
+        final={"values": torch.zeros(4, 2)}, next_obs=torch.zeros(2, 3),
+        next={"values": torch.zeros(2)},
     )  # fmt: skip
     config = ppo.Config(num_envs=2, num_steps=4, num_minibatches=1, update_epochs=1,
                         learning_rate=1e-3, clip_coef=0.2, ent_coef=0.01, total_steps=8)  # fmt: skip
@@ -241,10 +243,12 @@ def test_target_kl_stops_the_epochs_early() -> None:
         dist, values = net.dist(obs.flatten(0, 1))
         actions = dist.sample()
         logprobs = net.log_prob(dist, actions)
+    no = torch.zeros(8, 2, dtype=torch.bool)
     rollout = Rollout(
-        obs=obs, actions=actions.view(8, 2, 2), logprobs=logprobs.view(8, 2),
-        values=values.view(8, 2), rewards=torch.randn(8, 2), ends=torch.zeros(8, 2, dtype=torch.bool),
-        next_obs=torch.zeros(2, 3), next_value=torch.zeros(2),
+        obs=obs, actions=actions.view(8, 2, 2), rewards=torch.randn(8, 2), terminated=no,
+        truncated=no, outputs={"logprobs": logprobs.view(8, 2), "values": values.view(8, 2)},
+        final={"values": torch.zeros(8, 2)}, next_obs=torch.zeros(2, 3),
+        next={"values": torch.zeros(2)},
     )  # fmt: skip
 
     def optimizer_steps(target_kl: float | None) -> int:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import onebox.envs
-from onebox.sampling import EpisodeTracker, Sampler, gae
+from onebox.sampling import EpisodeTracker, Rollout, Sampler, gae
 
 
 class PolePolicy(torch.nn.Module):
@@ -41,12 +41,13 @@ def _pool(num_envs: int, double: bool, **kwargs: object) -> onebox.envs.EnvPool:
 
 def _collect(double: bool, steps: int = 40) -> dict[str, np.ndarray]:
     with _pool(6, double) as envs:
-        sampler = Sampler(envs, PolePolicy(), steps, gamma=0.9, double_buffered=double)
+        sampler = Sampler(envs, PolePolicy(), steps, double_buffered=double)
         sampler.reset(seed=3)
         out = []
         for _ in range(3):
             r = sampler.collect()
             out.append({k: getattr(r, k).clone().numpy() for k in ("obs", "actions", "rewards")})
+            out[-1]["rewards"] = r.bootstrapped_rewards(0.9).numpy()
             out[-1]["ends"] = r.ends.numpy().copy()
             out[-1]["next_obs"] = r.next_obs.numpy().copy()
         returns, lengths = sampler.episodes.pop()
@@ -70,7 +71,7 @@ def test_double_buffered_equals_sync_for_a_deterministic_policy() -> None:
 def test_rollout_matches_stepping_the_pool_by_hand() -> None:
     steps = 30
     with _pool(4, False) as envs:
-        sampler = Sampler(envs, PolePolicy(), steps, gamma=0.9)
+        sampler = Sampler(envs, PolePolicy(), steps)
         sampler.reset(seed=11)
         r = sampler.collect()
     with _pool(4, False) as envs:
@@ -87,14 +88,16 @@ def test_rollout_matches_stepping_the_pool_by_hand() -> None:
 
 def test_truncated_steps_bootstrap_from_the_final_observation() -> None:
     with _pool(2, False, max_episode_steps=5) as envs:
-        sampler = Sampler(envs, PolePolicy(value=2.0), 12, gamma=0.5)
+        sampler = Sampler(envs, PolePolicy(value=2.0), 12)
         sampler.reset(seed=0)
         r = sampler.collect()
     # The balancing policy never drops the pole in 5 steps: every 5th step is a truncation.
     ends = r.ends.numpy()
     assert ends[4].all() and ends[9].all() and ends.sum() == 4
+    assert r.truncated.numpy().sum() == 4 and not r.terminated.numpy().any()
     expected = np.where(ends, 1.0 + 0.5 * 2.0, 1.0)
-    np.testing.assert_allclose(r.rewards.numpy(), expected)
+    np.testing.assert_allclose(r.bootstrapped_rewards(0.5).numpy(), expected)
+    np.testing.assert_array_equal(r.rewards.numpy(), 1.0)  # the record keeps the env's rewards
     returns, lengths = sampler.episodes.pop()
     assert returns == [5.0] * 4 and lengths == [5] * 4  # the env's own rewards, not bootstrapped
 
@@ -139,6 +142,32 @@ def test_gae_against_hand_computed_values() -> None:
     np.testing.assert_allclose(ret.numpy(), (adv + values).numpy())
 
 
+def test_gae_of_a_rollout_bootstraps_truncation_once_and_not_termination() -> None:
+    """The learners' transform: rewards bootstrapped where an episode was truncated (not where it
+    terminated, even if also truncated), then GAE cut at every end."""
+    rollout = Rollout(
+        obs=torch.zeros(4, 2, 1), actions=torch.zeros(4, 2, dtype=torch.long),
+        rewards=torch.tensor([[1.0, 0.0]] * 4),
+        terminated=torch.tensor([[False, False], [False, True], [True, False], [False, False]]),
+        truncated=torch.tensor([[False, False], [True, True], [False, False], [False, False]]),
+        outputs={"logprobs": torch.zeros(4, 2),
+                 "values": torch.tensor([[2.0, 0.0], [3.0, 0.0], [4.0, 0.0], [5.0, 0.0]])},
+        final={"values": torch.tensor([[0.0, 0.0], [10.0, 100.0], [0.0, 0.0], [0.0, 0.0]])},
+        next_obs=torch.zeros(2, 1), next={"values": torch.tensor([6.0, 8.0])},
+    )  # fmt: skip
+    g, lam = 0.5, 0.5
+    rewards = rollout.bootstrapped_rewards(g)
+    # env 0: truncated at t=1 (r = 1 + 0.5 * 10 = 6), terminated at t=2.
+    #   t=3: 1 + 0.5*6 - 5 = -1;  t=2 (end): 1 - 4 = -3;  t=1 (end): 6 - 3 = 3;
+    #   t=0: delta = 1 + 0.5*3 - 2 = 0.5, A0 = 0.5 + 0.25*3 = 1.25
+    # env 1: terminated and truncated at t=1: no bootstrap (its final value 100 is ignored).
+    #   t=3: 0 + 0.5*8 = 4;  t=2: 0, A2 = 0.25*4 = 1;  t=1 (end): 0;  t=0: 0 + 0.25*0 = 0
+    np.testing.assert_array_equal(rewards.numpy(), [[1, 0], [6, 0], [1, 0], [1, 0]])
+    adv, ret = gae(rewards, rollout.values, rollout.ends, rollout.next_value, g, lam)
+    np.testing.assert_allclose(adv.numpy(), [[1.25, 0.0], [3.0, 0.0], [-3.0, 1.0], [-1.0, 4.0]])
+    np.testing.assert_allclose(ret.numpy(), [[3.25, 0.0], [6.0, 0.0], [1.0, 1.0], [4.0, 4.0]])
+
+
 State = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -180,12 +209,13 @@ RECURRENT_KEYS = ("obs", "actions", "values", "rewards", "ends", "starts", "next
 
 def _collect_recurrent(double: bool, steps: int = 20, rollouts: int = 4) -> list[dict]:
     with _pool(6, double, max_episode_steps=25) as envs:
-        sampler = Sampler(envs, CountingPolicy(), steps, gamma=0.9, double_buffered=double)
+        sampler = Sampler(envs, CountingPolicy(), steps, double_buffered=double)
         sampler.reset(seed=5)
         out = []
         for _ in range(rollouts):
             r = sampler.collect()
             got = {k: getattr(r, k).clone() for k in RECURRENT_KEYS}
+            got["rewards"] = r.bootstrapped_rewards(0.9)
             got["h"], got["c"] = r.state[0].clone(), r.state[1].clone()
             out.append(got)
     return out
@@ -277,7 +307,7 @@ def test_double_buffering_holds_back_envs_a_rollout_ahead() -> None:
         envs = onebox.envs.make("CartPole-v1", 4, batch_size=1 if double else None,
                                 num_threads=1, seed=3, autoreset_mode="SameStep")  # fmt: skip
         pool = StarvingPool(envs, starved={2, 3}, calls=34) if double else envs
-        sampler = Sampler(pool, PolePolicy(), steps, gamma=0.9, double_buffered=double)
+        sampler = Sampler(pool, PolePolicy(), steps, double_buffered=double)
         sampler.reset(seed=3)
         out[double] = [sampler.collect().obs.clone().numpy() for _ in range(3)]
         envs.close()

@@ -15,16 +15,10 @@ for the workers to exit (after the caller has asked them to, in its own protocol
 rest, reaps every one and closes every pipe: it never hangs and leaves no process or pipe behind.
 
 Who uses it: the process env pool (`onebox.envs.process`), whose workers get a command pipe and a
-result pipe, and A3C (`onebox.algos.a3c`), whose workers get one report pipe. The inference
-server's process actors (`onebox.sampling.inference`) fit as they are: one `Supervisor(ctx,
-_actor_main, pipes=(FROM_WORKER, TO_WORKER), max_restarts=max_restarts)`; `spawn` becomes `add`
-(the `Worker` subclass keeping the actor's slot block), `_launch` goes, `_register` watches
-`worker.conns[0]` and `worker.sentinel`, `_died` becomes `revive` (a `RestartLimitError` becomes
-the actor's failure; `exit.clean` marks it finished), and `close` calls
-`shutdown(timeout=2, hang_up=True)` (actors stop when their pipes close). `add` runs in the
-caller's thread and `revive` in the server thread, each on its own worker, as now. The pipe
-ends come after `args`, so `_actor_main` takes `(target, block name, layout, actor id, args,
-req, resp)`.
+result pipe; A3C (`onebox.algos.a3c`), whose workers get one report pipe; and the inference
+server's process actors (`onebox.sampling.inference`), whose workers get a request pipe and a
+response pipe: the server thread waits on their pipes and sentinels, `revive`s one that died (a
+`RestartLimitError` becomes that actor's failure) and `shutdown(hang_up=True)` stops them.
 """
 
 from __future__ import annotations

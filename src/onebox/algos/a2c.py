@@ -116,7 +116,8 @@ def loss(config: Any, net: ActorCritic, rollout: Rollout) -> tuple[torch.Tensor,
     """The actor-critic loss of one rollout and its parts to log. `config` gives gamma,
     gae_lambda, norm_adv, ent_coef and vf_coef (A3C's workers use it too). A recurrent net
     replays the rollout from its stored initial state and episode starts."""
-    advantages, returns = gae(rollout.rewards, rollout.values, rollout.ends, rollout.next_value,
+    rewards = rollout.bootstrapped_rewards(config.gamma)
+    advantages, returns = gae(rewards, rollout.values, rollout.ends, rollout.next_value,
                               config.gamma, config.gae_lambda)  # fmt: skip
     if net.recurrent and (rollout.starts is None or rollout.state is None):
         raise ValueError("a recurrent net's loss needs a rollout with starts and state")

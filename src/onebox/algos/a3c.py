@@ -183,7 +183,7 @@ def worker(
                             **parse_env_options(config.env_options))  # fmt: skip
     shared, optimizer = agent.net, agent.optimizer
     local = ActorCritic(envs.single_observation_space, envs.single_action_space, lstm=config.lstm)
-    sampler = Sampler(envs, local, config.num_steps, gamma=config.gamma)
+    sampler = Sampler(envs, local, config.num_steps)
     sampler.reset(seed=seed)
     batch = config.envs_per_actor * config.num_steps
     sums: dict[str, float] = {}

@@ -55,12 +55,12 @@ from onebox.sampling.actors import (
     ACTOR_CRITIC_OUTPUTS,
     ActorSpec,
     LocalPolicy,
-    Unroll,
     Weights,
     actor_critic_policy,
 )
 from onebox.sampling.channels import FifoChannel
 from onebox.sampling.inference import InferenceServer
+from onebox.sampling.rollout import Rollout, bootstrapped_rewards
 
 
 @dataclasses.dataclass
@@ -204,7 +204,7 @@ def make_agent(
     return net, opt
 
 
-def stack(unrolls: list[Unroll], device: torch.device) -> dict[str, Any]:
+def stack(unrolls: list[Rollout], device: torch.device) -> dict[str, Any]:
     """Batch unrolls side by side: (T, B) tensors with B = unrolls x envs; `logprobs` are the
     behaviour log-probabilities, `final_values` the behaviour values of truncated episodes'
     final observations."""
@@ -214,8 +214,8 @@ def stack(unrolls: list[Unroll], device: torch.device) -> dict[str, Any]:
 
     keys = ("obs", "actions", "rewards", "terminated", "truncated", "starts", "versions")
     out: dict[str, Any] = {k: cat([getattr(u, k) for u in unrolls]) for k in keys}
-    out["logprobs"] = cat([u.outputs["logprobs"] for u in unrolls])
-    out["final_values"] = cat([u.final["values"] for u in unrolls])
+    out["logprobs"] = cat([u.logprobs for u in unrolls])
+    out["final_values"] = cat([u.final_values for u in unrolls])
     out["next_obs"] = torch.as_tensor(np.concatenate([u.next_obs for u in unrolls]), device=device)
     out["state"] = None
     if unrolls[0].state is not None:
@@ -230,8 +230,8 @@ def bootstrap_truncated(batch: dict[str, Any], gamma: float) -> dict[str, Any]:
     """The learner's transform of a stacked batch, the one place truncation is bootstrapped:
     a truncated (not terminated) step's reward becomes r + gamma * V(final obs), and `ends`
     (terminated or truncated) cuts V-trace's bootstrapping at every episode end."""
-    cut = batch["truncated"] & ~batch["terminated"]
-    rewards = batch["rewards"] + gamma * batch["final_values"] * cut
+    rewards = bootstrapped_rewards(batch["rewards"], batch["terminated"], batch["truncated"],
+                                   batch["final_values"], gamma)  # fmt: skip
     return {**batch, "rewards": rewards, "ends": batch["terminated"] | batch["truncated"]}
 
 
@@ -302,7 +302,7 @@ class Learner:
         self.num_updates = max(1, (config.total_steps or 1) // config.batch_size)
         self.updates = 0
 
-    def update(self, unrolls: list[Unroll], server: InferenceServer) -> dict[str, float]:
+    def update(self, unrolls: list[Rollout], server: InferenceServer) -> dict[str, float]:
         c = self.config
         if c.anneal_lr:
             self.opt.param_groups[0]["lr"] = (1 - self.updates / self.num_updates) * c.learning_rate

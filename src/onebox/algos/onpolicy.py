@@ -145,7 +145,6 @@ def run_loop(
         agent.net,
         config.num_steps,
         device=device,
-        gamma=config.gamma,
         double_buffered=config.sampler == "double",
         obs_transform=agent.obs_norm,
         reward_transform=agent.reward_scaler,

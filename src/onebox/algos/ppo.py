@@ -199,7 +199,7 @@ def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
     """PPO epochs over one rollout; returns the losses and diagnostics to log."""
     net, optimizer = agent.net, agent.optimizer
     advantages, returns = gae(
-        rollout.rewards,
+        rollout.bootstrapped_rewards(config.gamma),
         rollout.values,
         rollout.ends,
         rollout.next_value,

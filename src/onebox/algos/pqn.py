@@ -11,7 +11,8 @@ acting, and runs `update_epochs` epochs of minibatch regression of Q(s, a) on th
 norm clipping, the learning rate annealed linearly to zero).
 
 A truncated episode (a time limit) bootstraps from max_a Q of its final observation, which the
-sampler adds to the last reward; a terminated one does not bootstrap.
+sampler records and the update adds to the last reward (`Rollout.bootstrapped_rewards`); a
+terminated one does not bootstrap.
 
 Presets equal CleanRL's scripts: `classic` (pqn.py: 4 envs, a 120-84 ReLU MLP with layer norm)
 and `atari` (pqn_atari_envpool.py: 8 envs, the Nature CNN with layer norm, epsilon to 0.01 over
@@ -150,7 +151,8 @@ def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
     net, optimizer = agent.net, agent.optimizer
     assert isinstance(net, EpsilonGreedy)
     assert config.num_minibatches is not None and config.update_epochs is not None
-    returns = q_lambda_returns(rollout.rewards, rollout.values, rollout.ends, rollout.next_value,
+    rewards = rollout.bootstrapped_rewards(config.gamma)
+    returns = q_lambda_returns(rewards, rollout.values, rollout.ends, rollout.next_value,
                                config.gamma, config.q_lambda).flatten()  # fmt: skip
     obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten()
     batch = len(returns)

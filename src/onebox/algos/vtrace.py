@@ -8,8 +8,9 @@ delta_t = rho_t (r_t + gamma_t V(x_{t+1}) - V(x_t)), the targets follow the recu
 
 and the policy gradient uses the advantage min(pg_rho_bar, pi/mu) (r_t + gamma_t v_{t+1} - V(x_t)).
 `gamma_t = gamma * (1 - end_t)`: an episode that ended at step t does not bootstrap from the next
-episode's first observation. As in `onebox.sampling.Rollout`, a truncated step's reward already
-includes `gamma * V(final observation)`, so ends cut both kinds of endings.
+episode's first observation. The learner's transform has already made a truncated step's reward
+r + gamma * V(final observation) (`onebox.sampling.bootstrapped_rewards`), so ends cut both kinds
+of endings.
 
 On-policy (pi = mu, rho_bar, c_bar >= 1) the targets are the lambda-returns, and with lambda = 1
 the advantages equal GAE(lambda = 1)'s, i.e. n-step returns minus values.

@@ -24,7 +24,8 @@ import torch
 from gymnasium import spaces
 
 from onebox.bench import common
-from onebox.sampling.inference import ActorClient, InferenceServer
+from onebox.sampling.actor_client import ActorClient
+from onebox.sampling.inference import InferenceServer
 
 OBS = spaces.Box(-np.inf, np.inf, (4,), np.float32)
 ACT = spaces.Discrete(2)

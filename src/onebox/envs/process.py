@@ -5,18 +5,17 @@ episode statistics and numeric infos live in one shared-memory block; a command 
 few bytes on a pipe (step all my envs, or these env ids), and so is its reply, so nothing is
 pickled on the hot path. A worker steps every env it was sent in one go and replies once, so
 `recv()` works at worker granularity: it returns the first `batch_size` envs of the workers that
-have finished, keeping any surplus for the next `recv()`.
+have finished, keeping any surplus for the next `recv()`. The workers are started, talked to
+and restarted by a `WorkerLink` (`onebox.envs.process_link`); this module is the pool's API.
 """
 
 from __future__ import annotations
 
-import collections
 import pickle
-import select
 import weakref
 from collections.abc import Callable
 from multiprocessing import resource_tracker
-from typing import Any
+from typing import Any, NoReturn
 
 import cloudpickle
 import gymnasium as gym
@@ -36,48 +35,10 @@ from onebox.envs.base import (
     reset_needed,
     split_reset_options,
 )
-from onebox.envs.process_shared import MAX_INFO_KEYS, SharedBatch
+from onebox.envs.process_link import Proc, WorkerLink, shutdown
+from onebox.envs.process_shared import SharedBatch
 from onebox.envs.shm import Block
-from onebox.supervisor import FROM_WORKER, TO_WORKER, Supervisor, Worker, get_context
-
-
-class _Proc(Worker):
-    """One worker process (supervised), its pipes and the commands it has not answered yet."""
-
-    def __init__(self, index: int, lo: int, hi: int) -> None:
-        super().__init__(index)
-        self.lo, self.hi = lo, hi
-        self.ids = np.arange(lo, hi, dtype=np.int32)
-        self.pending: collections.deque[tuple[np.ndarray, bytes]] = collections.deque()
-        self.slots: dict[int, str] = {}  # info slot -> key
-        self.kinds: dict[int, str] = {}  # info slot -> "i" or "f"
-        self.fresh = False  # restarted and has not completed a command since
-        self.answer: tuple[bool, Any] | None = None  # the reply to CALL or SET
-
-    @property
-    def cmd(self) -> Any:
-        return self.conns[0]
-
-    @property
-    def res(self) -> Any:
-        return self.conns[1]
-
-    def describe(self) -> str:
-        return super().describe(f", envs {self.lo}..{self.hi - 1}")
-
-
-def _shutdown(sup: Supervisor, blocks: list[Block]) -> None:
-    """Stop every worker (politely, then by force) and free the shared memory."""
-    for p in sup.workers:
-        try:
-            if p.conns:
-                pw.write_msg(p.conns[0].fileno(), pw.QUIT)
-        except OSError:
-            pass
-    sup.shutdown(timeout=2)
-    for block in blocks:
-        block.close(unlink=True)
-    blocks.clear()
+from onebox.supervisor import get_context
 
 
 class ProcessEnvPool(EnvPool):
@@ -172,20 +133,16 @@ class ProcessEnvPool(EnvPool):
         self._same_step = mode == AutoresetMode.SAME_STEP
         if ctx.get_start_method() == "forkserver":
             ctx.set_forkserver_preload(["__main__", "onebox.envs.process_worker"])
-        self._sup = Supervisor(
-            ctx, pw.main, pipes=(TO_WORKER, FROM_WORKER), name="onebox-env-worker"
-        )
-        self._factory_bytes = cloudpickle.dumps(make)
-
         bounds = np.linspace(0, num_envs, self.num_threads + 1).round().astype(int)
-        self._procs = [
-            _Proc(k, int(bounds[k]), int(bounds[k + 1])) for k in range(self.num_threads)
-        ]
+        self._procs = [Proc(k, int(bounds[k]), int(bounds[k + 1])) for k in range(self.num_threads)]
+        self._link = WorkerLink(ctx, self._procs, factory=cloudpickle.dumps(make), env_name=name,
+                                seed=self._seed, same_step=self._same_step, spin=self._spin,
+                                restart_on_crash=self.restart_on_crash, on_result=self._done,
+                                fail=self._fail)  # fmt: skip
+        self._send, self._pump = self._link.send, self._link.pump
         self._blocks: list[Block] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self._sup, self._blocks)
+        self._finalizer = weakref.finalize(self, shutdown, self._link.sup, self._blocks)
         self._broken: str | None = None
-        self._poller = select.poll()
-        self._fds: dict[int, tuple[_Proc, bool]] = {}
         try:
             self._start(spec)
         except BaseException:
@@ -195,81 +152,13 @@ class ProcessEnvPool(EnvPool):
 
     # ---- workers -------------------------------------------------------------------------------
 
-    def _args(self, p: _Proc, restart_seeds: list[int] | None) -> pw.WorkerArgs:
-        return pw.WorkerArgs(
-            index=p.index,
-            lo=p.lo,
-            hi=p.hi,
-            factory=self._factory_bytes,
-            same_step=self._same_step,
-            max_info_keys=MAX_INFO_KEYS,
-            restart_seeds=restart_seeds,
-            slots={key: (slot, p.kinds[slot]) for slot, key in p.slots.items()},
-            spin=self._spin,
-        )
-
-    def _handshake_reply(self, p: _Proc, expect: bytes) -> bytes:
-        """Wait for worker p's next startup message; raise if it failed or died."""
-        msg = self._wait_message(p)
-        if msg is None or msg[:1] == pw.ERROR:
-            raise self._startup_error(p, msg)
-        if msg[:1] != expect:
-            raise RuntimeError(f"{p.describe()} sent {msg[:1]!r} during startup, not {expect!r}")
-        return msg[1:]
-
-    def _wait_message(self, p: _Proc) -> bytes | None:
-        """The next message from worker p, or None if it died first."""
-        if not self._sup.readable(p, p.res):
-            return None
-        try:
-            return pw.read_msg(p.res.fileno())
-        except (EOFError, OSError):
-            return None
-
-    def _startup_error(self, p: _Proc, msg: bytes | None) -> Exception:
-        if msg is None:
-            hint = (
-                ""
-                if self._ctx.get_start_method() == "fork"
-                else "\n(the 'spawn' and 'forkserver' contexts import the main module again in each "
-                "worker: make the pool under `if __name__ == '__main__':`, or pass context='fork')"
-            )
-            return RuntimeError(
-                f"{p.describe()} of {self.env_name} died while starting: "
-                f"{self._sup.reap(p).describe()}{hint}"
-            )
-        err = pickle.loads(msg[1:])
-        text = (
-            f"{p.describe()} could not start {self.env_name}: {err['type']}: {err['message']}\n"
-            f"worker traceback:\n{err['traceback']}"
-        )
-        if err["type"] in ("TypeError", "ValueError"):  # bad arguments: the user's to fix
-            return (TypeError if err["type"] == "TypeError" else ValueError)(text)
-        return RuntimeError(text)
-
     def _start(self, spec: Any) -> None:
         # Workers attach to the shared memory by name, which registers it with the resource
         # tracker: they must share the parent's (forked workers inherit it if it runs already),
         # so that the parent's unlink also unregisters their attachments.
         resource_tracker.ensure_running()
-        for p in self._procs:
-            self._sup.add(p, self._args(p, None))
-        hello = [pickle.loads(self._handshake_reply(p, pw.HELLO)) for p in self._procs]
-        first = hello[0]
-        for p, h in zip(self._procs[1:], hello[1:], strict=True):
-            if (h["observation_space"], h["action_space"]) != (
-                first["observation_space"],
-                first["action_space"],
-            ):
-                raise ValueError(
-                    f"{p.describe()} made envs with other spaces than worker 0; all envs must match"
-                )
-        self._setup(first, spec)
-        for p in self._procs:
-            pw.write_msg(p.cmd.fileno(), pickle.dumps((self._block.name, self._block.layout)))
-        for p in self._procs:
-            self._handshake_reply(p, pw.READY)
-            self._watch(p)
+        self._setup(self._link.start(), spec)
+        self._link.attach(self._block, self._shm.a["current"])
 
     def _setup(self, hello: dict[str, Any], spec: Any) -> None:
         n = self.num_envs
@@ -281,6 +170,7 @@ class ProcessEnvPool(EnvPool):
         self.render_mode = hello["render_mode"]
         if self.env_name == "env_fn":
             self.env_name = hello["name"]
+            self._link.env_name = self.env_name
         self.spec = hello["spec"] if hello["spec"] is not None else spec
 
         self._shm = SharedBatch(self.single_observation_space, self.single_action_space, n,
@@ -300,105 +190,22 @@ class ProcessEnvPool(EnvPool):
         self._disabled = self.autoreset_mode == AutoresetMode.DISABLED
         self._ended = np.zeros(n, dtype=bool)  # Disabled: ended, not reset since
 
-    def _watch(self, p: _Proc) -> None:
-        for fd, is_sentinel in ((p.res.fileno(), False), (p.sentinel, True)):
-            self._poller.register(fd, select.POLLIN)
-            self._fds[fd] = (p, is_sentinel)
-
-    def _unwatch(self, p: _Proc) -> None:
-        for fd in (p.res.fileno(), p.sentinel):
-            if self._fds.pop(fd, None) is not None:
-                self._poller.unregister(fd)
-
     # ---- messages ------------------------------------------------------------------------------
 
-    def _send(self, p: _Proc, ids: np.ndarray, msg: bytes) -> None:
-        p.pending.append((ids, msg))
-        try:
-            pw.write_msg(p.cmd.fileno(), msg)
-        except OSError:  # the worker is gone: _crash restarts it and resends what is pending
-            self._crash(p, self._wait_message(p))
-
-    def _pump(self) -> None:
-        """Wait for the next event from any worker and handle it."""
-        for fd, _ in pw.wait(self._poller, self._spin, None):
-            entry = self._fds.get(fd)
-            if entry is None:
-                continue
-            p, is_sentinel = entry
-            if is_sentinel and p.res.poll(0):
-                continue  # read its last messages first; the sentinel stays ready
-            try:
-                msg = None if is_sentinel else pw.read_msg(p.res.fileno())
-            except (EOFError, OSError):
-                msg = None
-            if msg is None or msg[:1] == pw.ERROR:
-                self._crash(p, msg)
-                return  # fds may have been reused by a restarted worker: poll again
-            self._done(p, msg)
-
-    def _done(self, p: _Proc, msg: bytes) -> None:
-        ids, _ = p.pending.popleft()
-        p.fresh = False
-        if msg[:1] == pw.ANSWER:
-            p.answer = pickle.loads(msg[1:])
-            return
+    def _done(self, p: Proc, ids: np.ndarray, msg: bytes) -> None:
+        """Worker p completed a step or reset of envs `ids` (`msg`: its reply)."""
         self._ready.append(ids)
         self._num_ready += len(ids)
         if msg[:1] == pw.EXTRAS:
             self._shm.add_keys(p, pickle.loads(msg[1:]))
 
     def _wait_idle(self) -> None:
-        while any(p.pending for p in self._procs):
-            self._pump()
+        self._link.wait_idle()
 
-    # ---- crashes -------------------------------------------------------------------------------
-
-    def _crash(self, p: _Proc, msg: bytes | None) -> None:
-        """Worker p raised (msg is its ERROR) or died (msg None): restart it or raise."""
-        if msg is not None and msg[:1] == pw.ERROR:
-            err = pickle.loads(msg[1:])
-            env, how = err["env"], f"raised {err['type']}: {err['message']}"
-            detail = f"worker traceback:\n{err['traceback']}"
-            self._sup.reap(p)
-        else:
-            env = int(self._shm.a["current"][p.index])
-            how, detail = "died", self._sup.reap(p).describe()
-        where = f"env {env} ({self.env_name})" if env >= 0 else f"{self.env_name} (idle)"
-        text = f"{where} in {p.describe()} {how}\n{detail}".rstrip()
-        if not self.restart_on_crash or p.fresh:
-            again = " again right after a restart" if p.fresh else ""
-            self._fail(f"{where} in {p.describe()} {how}{again}\n{detail}".rstrip())
-        self._restart(p, text)
-
-    def _fail(self, text: str) -> None:
+    def _fail(self, text: str) -> NoReturn:
         self._broken = text
         self._finalizer()
         raise RuntimeError(text)
-
-    def _restart(self, p: _Proc, why: str) -> None:
-        self._unwatch(p)
-        count = p.restarts + 1
-        seeds = [
-            int(np.random.SeedSequence([self._seed, g, count]).generate_state(1, np.uint64)[0])
-            for g in range(p.lo, p.hi)
-        ]
-        self._sup.restart(p, self._args(p, seeds))
-        try:
-            hello = pickle.loads(self._handshake_reply(p, pw.HELLO))
-            pw.write_msg(p.cmd.fileno(), pickle.dumps((self._block.name, self._block.layout)))
-            self._handshake_reply(p, pw.READY)
-        except Exception as e:
-            self._fail(f"{p.describe()} could not be restarted after a crash ({e})\n{why}")
-        if (hello["observation_space"], hello["action_space"]) != (
-            self.single_observation_space,
-            self.single_action_space,
-        ):
-            self._fail(f"{p.describe()} came back with other spaces after a restart")
-        self._watch(p)
-        p.fresh = True
-        for _, msg in p.pending:
-            pw.write_msg(p.cmd.fileno(), msg)
 
     # ---- results -------------------------------------------------------------------------------
 
@@ -544,7 +351,7 @@ class ProcessEnvPool(EnvPool):
         vector envs report it."""
         return self.get_attr("np_random_seed")
 
-    def _ask(self, op: bytes, payload: Callable[[_Proc], Any]) -> tuple[Any, ...]:
+    def _ask(self, op: bytes, payload: Callable[[Proc], Any]) -> tuple[Any, ...]:
         """Send command `op` with `payload(worker)` to every worker; their answers in env order,
         or the first exception an env raised."""
         self._check_usable()

@@ -1,6 +1,6 @@
-"""Actors of the actor-learner loop (`onebox.sampling.actor_learner`): they step env pools and cut
-the stream into unrolls, which they hand to a channel (a FIFO for IMPALA/APPO, a replay table for
-Ape-X: the actor code is the same).
+"""Actors of the actor-learner loop (`onebox.algos.actor_learner`): they step env pools and cut
+the stream into unrolls (`onebox.sampling.Rollout`s of numpy arrays), which they hand to a
+channel (a FIFO for IMPALA/APPO, a replay table for Ape-X: the actor code is the same).
 
 An actor owns an env pool. Each step it asks for actions (from the `InferenceServer`, or from its
 own copy of the network synced from the learner) and records observations, actions, the policy's
@@ -16,10 +16,10 @@ begin an episode.
 Two kinds:
 
 - `ThreadActor`: a thread of the learner's process; unrolls go to the channel.
-- process actors (`ProcessActors`): each a process started by the inference server (and restarted
-  by it if it dies), talking to the server through its shared-memory slot. Unrolls go through a
-  ring of slots in shared memory; a collector thread in the learner copies out the full ones and
-  puts them on the channel. A slot is published only once complete, so an actor killed mid-unroll
+- process actors (`ProcessActors`): each a process started by the inference server's supervisor
+  (and restarted by it if it dies), talking to the server through its shared-memory slot.
+  Unrolls go through a ring of slots in shared memory; a collector thread in the learner copies
+  out the full ones and puts them on the channel. A slot is published only once complete, so an actor killed mid-unroll
   loses only that unroll, and an unroll it published before dying still reaches the learner.
 """
 
@@ -38,13 +38,9 @@ from torch import nn
 
 import onebox.envs
 from onebox.envs.shm import Block, Layout
-from onebox.sampling.inference import (
-    ActorClient,
-    InferenceServer,
-    InferResult,
-    OutputSpec,
-    PolicyFn,
-)
+from onebox.sampling.actor_client import ActorClient, InferResult, OutputSpec
+from onebox.sampling.inference import InferenceServer, PolicyFn
+from onebox.sampling.rollout import Rollout
 from onebox.sampling.sampler import EpisodeTracker
 
 InferFn = Callable[[np.ndarray, np.ndarray, np.ndarray], InferResult]
@@ -102,63 +98,6 @@ class ActorSpec:
         if self.lstm is not None:
             out += [("h", (n, self.lstm), np.float32), ("c", (n, self.lstm), np.float32)]
         return out
-
-
-@dataclasses.dataclass
-class Unroll:
-    """The trajectory record: `unroll` steps of one actor's envs, (T, N, ...) arrays."""
-
-    obs: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    """The env's rewards, as they came (nothing bootstrapped)."""
-    terminated: np.ndarray
-    """The episode reached a terminal state with this step (no bootstrap)."""
-    truncated: np.ndarray
-    """The episode was cut with this step (a time limit): its value goes on after it."""
-    starts: np.ndarray
-    """This step's observation begins an episode."""
-    versions: np.ndarray
-    """The weights' version that chose each action."""
-    final_obs: np.ndarray
-    """The observation each step led to: the final one where the episode ended, else obs[t + 1]
-    (the pool has already reset an ended env and shows the next episode's first)."""
-    next_obs: np.ndarray
-    """(N, ...): the observations after the last step, where the next unroll starts."""
-    outputs: dict[str, np.ndarray]
-    """The policy's named outputs at each step's observation (e.g. `logprobs` and `values`)."""
-    final: dict[str, np.ndarray]
-    """The policy's outputs at `final_obs` where the episode was truncated (zeros elsewhere):
-    the learner's bootstrap input."""
-    state: tuple[np.ndarray, np.ndarray] | None
-    """With an LSTM: each env's (h, c) before step 0 (after its start reset)."""
-    returns: list[float]
-    """Returns of the episodes that ended in this unroll."""
-    lengths: list[int]
-    """Their lengths."""
-
-    @property
-    def ends(self) -> np.ndarray:
-        """The episode ended with this step (terminated or truncated)."""
-        return np.logical_or(self.terminated, self.truncated)
-
-    @property
-    def num_steps(self) -> int:
-        """Env steps in the unroll: steps x envs."""
-        return int(self.actions.size)
-
-    @classmethod
-    def from_arrays(
-        cls, a: dict[str, np.ndarray], returns: list[float], lengths: list[int]
-    ) -> Unroll:
-        """An unroll of the arrays `ActorSpec.arrays` names (taken as they are, not copied)."""
-        state = (a["h"], a["c"]) if "h" in a else None
-        keys = ("obs", "actions", "rewards", "terminated", "truncated", "starts", "versions",
-                "final_obs", "next_obs")  # fmt: skip
-        outputs = {k[4:]: v for k, v in a.items() if k.startswith("out.")}
-        final = {k[6:]: v for k, v in a.items() if k.startswith("final.")}
-        return cls(**{k: a[k] for k in keys}, outputs=outputs, final=final, state=state,
-                   returns=returns, lengths=lengths)  # fmt: skip
 
 
 def collect(
@@ -307,7 +246,7 @@ class ThreadActor(threading.Thread):
         return self._buf
 
     def _publish(self, returns: list[float], lengths: list[int]) -> None:
-        self.channel.put(self.index, Unroll.from_arrays(self._buf, returns, lengths), self.stop)
+        self.channel.put(self.index, Rollout.from_arrays(self._buf, returns, lengths), self.stop)
 
 
 # ---- process actors -----------------------------------------------------------------------------
@@ -371,7 +310,7 @@ class UnrollRing:
 
     # the learner's side
 
-    def take(self) -> list[Unroll]:
+    def take(self) -> list[Rollout]:
         """Copies of the full slots, oldest first; their slots are freed."""
         full = np.flatnonzero(self.a["flags"] == _FULL)
         out = []
@@ -380,7 +319,7 @@ class UnrollRing:
             arrays = {name: v.copy() for name, v in self.slot(int(k)).items()}
             returns = self.a["ep_returns"][k, :m].tolist()
             lengths = self.a["ep_lengths"][k, :m].tolist()
-            out.append(Unroll.from_arrays(arrays, returns, lengths))
+            out.append(Rollout.from_arrays(arrays, returns, lengths))
             self.a["flags"][k] = _FREE
         return out
 

@@ -1,6 +1,6 @@
 """The channel: the one seam between actors and a learner.
 
-Actors hand every unroll (`onebox.sampling.actors.Unroll`) to `channel.put(actor, unroll, stop)`;
+Actors hand every unroll (`onebox.sampling.Rollout`) to `channel.put(actor, unroll, stop)`;
 the learner takes batches with `channel.take(check)`. The actors do not know which channel they
 feed; a learner picks one:
 
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from onebox.replay import ReplayBatch, ReplayBuffer
-from onebox.sampling.actors import Unroll
+from onebox.sampling.rollout import Rollout
 
 Check = Callable[[], bool]
 """Called while `take` waits: raises if an actor failed, True to give up waiting (Ctrl-C)."""
@@ -37,11 +37,11 @@ class FifoChannel:
     """A bounded queue of unrolls; `take` gives the next `batch_unrolls` of them, oldest first."""
 
     def __init__(self, capacity: int, batch_unrolls: int) -> None:
-        self.queue: queue.Queue[Unroll] = queue.Queue(maxsize=capacity)
+        self.queue: queue.Queue[Rollout] = queue.Queue(maxsize=capacity)
         self.batch_unrolls = batch_unrolls
         self._steps, self._returns, self._lengths = 0, [], []  # type: ignore[var-annotated]
 
-    def put(self, actor: int, unroll: Unroll, stop: threading.Event) -> None:
+    def put(self, actor: int, unroll: Rollout, stop: threading.Event) -> None:
         """Queue `unroll`, waiting for room until `stop` is set."""
         while not stop.is_set():
             try:
@@ -50,16 +50,16 @@ class FifoChannel:
             except queue.Full:
                 continue
 
-    def take(self, check: Check) -> list[Unroll] | None:
+    def take(self, check: Check) -> list[Rollout] | None:
         """The next `batch_unrolls` unrolls (None if `check()` gave up waiting)."""
-        batch: list[Unroll] = []
+        batch: list[Rollout] = []
         while len(batch) < self.batch_unrolls:
             try:
                 batch.append(self.queue.get(timeout=1.0))
             except queue.Empty:
                 if check():
                     return None
-        self._steps += sum(u.num_steps for u in batch)
+        self._steps += sum(u.env_steps for u in batch)
         self._returns += [r for u in batch for r in u.returns]
         self._lengths += [x for u in batch for x in u.lengths]
         return batch
@@ -115,7 +115,7 @@ class ReplayChannel:
         self.n_step, self.gamma = buffer.config["n_step"], buffer.gamma
         self.samples_per_insert, self.slack = samples_per_insert, slack
         self.lock = threading.Lock()
-        self._held: dict[int, Unroll] = {}
+        self._held: dict[int, Rollout] = {}
         self._steps, self._returns, self._lengths = 0, [], []  # type: ignore[var-annotated]
         self.inserted, self.sampled = 0, 0
         """Transitions put into the table, and drawn from it, so far."""
@@ -127,14 +127,14 @@ class ReplayChannel:
         allowed = self.learning_starts + self.sampled / self.samples_per_insert + self.slack
         return self.inserted > allowed
 
-    def put(self, actor: int, unroll: Unroll, stop: threading.Event) -> None:
+    def put(self, actor: int, unroll: Rollout, stop: threading.Event) -> None:
         """Insert the actor's previous unroll with its initial priorities; hold this one. With
         `samples_per_insert`, first wait (until `stop` is set) while the actors are ahead."""
         while self._ahead() and not stop.is_set():
             stop.wait(0.001)
         held, self._held[actor] = self._held.get(actor), unroll
         with self.lock:
-            self._steps += unroll.num_steps
+            self._steps += unroll.env_steps
             self._returns += unroll.returns
             self._lengths += unroll.lengths
         if held is None:
@@ -152,7 +152,7 @@ class ReplayChannel:
         )  # fmt: skip
         envs = np.arange(actor * self.n, (actor + 1) * self.n)
         with self.lock:
-            self.inserted += held.num_steps
+            self.inserted += held.env_steps
             for t in range(t_len):
                 self.buffer.add(held.obs[t], held.actions[t], held.rewards[t], held.terminated[t],
                                 held.truncated[t], held.final_obs[t], priorities=td[t], envs=envs)  # fmt: skip

@@ -13,11 +13,12 @@ Two kinds of actors:
 - thread actors in the learner's process call `server.infer(actor_id, env_ids, obs)` (blocking)
   or `server.submit(...)` then `.wait()`;
 - process actors, started by `server.spawn(actor_id, target, num_envs)`, run `target(client)` in
-  a worker process (typically owning an env pool) and call `client.infer(obs)`. Each has one
-  preallocated shared-memory slot: the actor writes its observations there and one byte to a
-  pipe, the server writes the actions back and answers with one byte. Nothing is pickled per
-  step. A process that dies is noticed through its sentinel: its slot and recurrent state are
-  reset and it is started again (up to `max_restarts` times).
+  a worker process (typically owning an env pool) and call `client.infer(obs)` through a
+  shared-memory slot (`onebox.sampling.actor_client`: the actor's side and the protocol). A
+  `Supervisor` (`onebox.supervisor`) starts, watches, restarts and stops the processes: the
+  server thread only waits on their pipes and sentinels with everything else, and asks it to
+  `revive` one that died (its requests and recurrent state are dropped; a crash is restarted,
+  up to `max_restarts` times, then it is the actor's failure; a clean exit is its end).
 
 With `lstm=H` the policy is recurrent: the server keeps an (h, c) pair of size H for every
 (actor, env), resets it when the actor flags that env's episode as ended (`dones`: this
@@ -34,8 +35,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
-import multiprocessing
 import os
 import selectors
 import threading
@@ -49,40 +48,23 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from onebox.envs.process_worker import read_msg, write_msg
-from onebox.envs.shm import Block, Layout
+from onebox.envs.shm import Block
+from onebox.sampling.actor_client import (
+    DONE,
+    REQUEST,
+    InferResult,
+    OutputSpec,
+    actor_main,
+    answer_error,
+    slot_layout,
+)
+from onebox.supervisor import FROM_WORKER, TO_WORKER, RestartLimitError, Supervisor, Worker
 
 PolicyFn = Callable[..., Any]
 """`policy_fn(obs, actor_ids, env_ids)` -> outputs, or with an LSTM
 `policy_fn(obs, actor_ids, env_ids, (h, c))` -> (outputs, (h, c)): `outputs` a dict of tensors
 with a leading batch axis, "actions" and the server's declared `outputs`; the ids are int64
 tensors, one per row."""
-
-OutputSpec = dict[str, tuple[tuple[int, ...], Any]]
-"""The policy's outputs besides "actions": name -> (shape of one row, dtype)."""
-
-_REQUEST, _DONE, _ERROR = b"R", b"D", b"E"
-
-
-@dataclasses.dataclass
-class InferResult:
-    """The server's answer to one request, one row per env of the request."""
-
-    actions: np.ndarray
-    """The actions to take."""
-    outputs: dict[str, np.ndarray]
-    """The policy's other named outputs (e.g. `logprobs` and `values`, or `q`); also readable as
-    attributes (`result.values`)."""
-    version: int
-    """`server.version` of the weights that chose the actions (the behaviour version)."""
-    state: tuple[np.ndarray, np.ndarray] | None = None
-    """With an LSTM: the (h, c) the policy started from for these envs (after resets)."""
-
-    def __getattr__(self, name: str) -> np.ndarray:
-        try:
-            return self.__dict__["outputs"][name]
-        except KeyError:
-            raise AttributeError(f"the policy has no output {name!r}") from None
 
 
 class Pending:
@@ -129,42 +111,28 @@ class _Request:
         self.gen = proc.gen if proc is not None else 0
 
 
-def _slot_layout(
-    num_envs: int,
-    obs_space: spaces.Box,
-    act_shape: tuple[int, ...],
-    act_dtype: np.dtype,
-    outputs: OutputSpec,
-    lstm: int | None,
-) -> Layout:
-    state = [("h", (num_envs, lstm), np.float32), ("c", (num_envs, lstm), np.float32)]
-    return Layout.plan(
-        (state if lstm is not None else [])
-        + [
-            ("obs", (num_envs, *obs_space.shape), obs_space.dtype),
-            ("env_ids", (num_envs,), np.int64),
-            ("dones", (num_envs,), np.bool_),
-            ("n", (1,), np.int64),
-            ("actions", (num_envs, *act_shape), act_dtype),
-            ("version", (1,), np.int64),
-        ]
-        + [(f"out.{k}", (num_envs, *shape), dtype) for k, (shape, dtype) in outputs.items()]
-    )
-
-
-class _ProcActor:
-    """A process actor: its slot, its pipes, its process and how often it was restarted."""
+class _ProcActor(Worker):
+    """A process actor's supervised slot: its shared-memory block, its target and arguments, the
+    generation of its current process, and how it ended for good."""
 
     def __init__(self, actor_id: int, num_envs: int, block: Block, target: bytes, args: tuple):
+        super().__init__(actor_id)
         self.actor_id, self.num_envs, self.block = actor_id, num_envs, block
-        self.target, self.args = target, args
-        self.proc: Any = None
-        self.req: Any = None  # server end of the request pipe
-        self.resp: Any = None  # server end of the response pipe
+        self.args = (target, block.name, block.layout, actor_id, args)
+        """`actor_main`'s arguments before the pipe ends."""
         self.gen = 0
-        self.restarts = 0
         self.finished = threading.Event()
         self.failure: str | None = None
+
+    @property
+    def req(self) -> Any:
+        """The server's end of the request pipe."""
+        return self.conns[0]
+
+    @property
+    def resp(self) -> Any:
+        """The server's end of the response pipe."""
+        return self.conns[1]
 
 
 class InferenceServer:
@@ -180,7 +148,7 @@ class InferenceServer:
         device: where observations go and the policy runs.
         lstm: the LSTM's hidden size if the policy is recurrent (state kept per actor and env).
         max_restarts: how often one process actor may be restarted after dying.
-        context: multiprocessing start method for process actors.
+        context: multiprocessing start method for process actors (see `onebox.supervisor`).
     """
 
     def __init__(
@@ -211,10 +179,6 @@ class InferenceServer:
             raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
         if lstm is not None and lstm < 1:
             raise ValueError(f"lstm is the LSTM hidden size (>= 1) or None, got {lstm}")
-        if context not in multiprocessing.get_all_start_methods():
-            raise ValueError(
-                f"context must be one of {multiprocessing.get_all_start_methods()}, got {context!r}"
-            )
         self.policy_fn = policy_fn
         self.outputs: OutputSpec = {
             k: (tuple(shape), np.dtype(dtype)) for k, (shape, dtype) in (outputs or {}).items()
@@ -233,9 +197,10 @@ class InferenceServer:
         """Requests answered."""
         self.env_steps = 0
         """Env observations answered."""
-        self._ctx = multiprocessing.get_context(context)
+        self._sup = Supervisor(context, actor_main, pipes=(FROM_WORKER, TO_WORKER),
+                               name="onebox-actor", max_restarts=max_restarts)  # fmt: skip
         if context == "forkserver":
-            self._ctx.set_forkserver_preload(["onebox.sampling.inference"])
+            self._sup.ctx.set_forkserver_preload(["onebox.sampling.inference"])
         self._weights = threading.Lock()
         self._inbox: collections.deque[_Request] = collections.deque()
         self._inbox_lock = threading.Lock()
@@ -328,10 +293,10 @@ class InferenceServer:
         if actor_id in self._procs:
             raise ValueError(f"actor {actor_id} already has a process")
         resource_tracker.ensure_running()  # shared by the children: the parent's unlink counts
-        layout = _slot_layout(num_envs, self.obs_space, self._act_shape, self._act_dtype,
+        layout = slot_layout(num_envs, self.obs_space, self._act_shape, self._act_dtype,
                               self.outputs, self.lstm)  # fmt: skip
         p = _ProcActor(int(actor_id), num_envs, Block(layout), cloudpickle.dumps(target), args)
-        self._launch(p)
+        self._sup.add(p, *p.args)
         with self._inbox_lock:
             self._procs[p.actor_id] = p
             self._new.append(p)
@@ -357,22 +322,7 @@ class InferenceServer:
 
     def pid(self, actor_id: int) -> int:
         """The pid of process actor `actor_id`'s current process."""
-        return int(self._procs[actor_id].proc.pid)
-
-    def _launch(self, p: _ProcActor) -> None:
-        req_r, req_w = self._ctx.Pipe(duplex=False)
-        resp_r, resp_w = self._ctx.Pipe(duplex=False)
-        p.gen += 1
-        p.proc = self._ctx.Process(
-            target=_actor_main,
-            args=(p.target, p.block.name, p.block.layout, p.actor_id, req_w, resp_r, p.args),
-            name=f"onebox-actor-{p.actor_id}",
-            daemon=True,
-        )
-        p.proc.start()
-        req_w.close()
-        resp_r.close()
-        p.req, p.resp = req_r, resp_w
+        return int(self._procs[actor_id].pid)  # type: ignore[arg-type]
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -383,14 +333,8 @@ class InferenceServer:
         self._closed = True
         os.write(self._wake_w, b"\0")
         self._thread.join()
+        self._sup.shutdown(timeout=2, hang_up=True)  # actors stop when their pipes close
         for p in self._procs.values():
-            for conn in (p.req, p.resp):
-                conn.close()
-            if p.proc.exitcode is None:
-                p.proc.join(timeout=2)
-            if p.proc.exitcode is None:
-                p.proc.kill()
-                p.proc.join()
             p.block.close(unlink=True)
             p.finished.set()
         with self._inbox_lock:
@@ -460,54 +404,47 @@ class InferenceServer:
 
     def _register(self, p: _ProcActor) -> None:
         self._sel.register(p.req, selectors.EVENT_READ, ("req", p))
-        self._sel.register(p.proc.sentinel, selectors.EVENT_READ, ("dead", p))
+        self._sel.register(p.sentinel, selectors.EVENT_READ, ("dead", p))
 
     def _read_request(self, p: _ProcActor) -> _Request | None:
         try:
             byte = os.read(p.req.fileno(), 1)
         except OSError:
             byte = b""
-        if byte != _REQUEST:  # the process is gone; its sentinel will say so
+        if byte != REQUEST:  # the process is gone; its sentinel will say so
             self._sel.unregister(p.req)
             return None
         a = p.block.arrays
         n = int(a["n"][0])
         if not 0 <= n <= p.num_envs:
-            self._answer_error(p, f"a request of {n} envs, but the slot holds {p.num_envs}")
+            answer_error(p.resp, f"a request of {n} envs, but the slot holds {p.num_envs}")
             return None
         return _Request(p.actor_id, a["env_ids"][:n], a["obs"][:n], a["dones"][:n], None, p)
 
     def _died(self, p: _ProcActor, waiting: list[_Request]) -> int:
-        """Process actor p exited: drop its requests and state; restart it if it crashed."""
+        """Process actor p exited: drop its requests and state; the supervisor restarts it if
+        it crashed (a clean exit, or a crash past its restarts, ends it)."""
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(p.req)
-        self._sel.unregister(p.proc.sentinel)
-        p.proc.join()
-        code = p.proc.exitcode
-        for conn in (p.req, p.resp):
-            conn.close()
+        self._sel.unregister(p.sentinel)
         dropped = sum(len(r.env_ids) for r in waiting if r.proc is p)
         waiting[:] = [r for r in waiting if r.proc is not p]
         self._states.pop(p.actor_id, None)
-        if code == 0:
+        if self._closed:  # close() stops them all
+            return dropped
+        p.block.arrays["n"][0] = 0
+        try:
+            ended = self._sup.revive(p, *p.args)
+        except RestartLimitError as e:
+            p.failure = f"actor {p.actor_id} is gone for good: {e}"
             p.finished.set()
-        elif p.restarts >= self.max_restarts or self._closed:
-            p.failure = (
-                f"actor {p.actor_id} died (exit code {code}) after {p.restarts} restarts "
-                f"(max_restarts={self.max_restarts})"
-            )
+            return dropped
+        if ended.clean:
             p.finished.set()
         else:
-            p.restarts += 1
-            p.block.arrays["n"][0] = 0
-            self._launch(p)
+            p.gen += 1
             self._register(p)
         return dropped
-
-    def _answer_error(self, p: _ProcActor, message: str) -> None:
-        with contextlib.suppress(OSError):
-            os.write(p.resp.fileno(), _ERROR)
-            write_msg(p.resp.fileno(), _ERROR + message.encode())
 
     def _state(self, actor: int, top: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor's (h, c) rows for env ids up to `top`, zeros for envs never seen."""
@@ -558,7 +495,7 @@ class InferenceServer:
                 if r.pending is not None:
                     r.pending._finish(None, self.error)
                 elif r.proc is not None and r.gen == r.proc.gen:
-                    self._answer_error(r.proc, self.error)
+                    answer_error(r.proc.resp, self.error)
             return
         self.calls += 1
         self.requests += len(batch)
@@ -587,7 +524,7 @@ class InferenceServer:
                 if self.lstm is not None:
                     a["h"][: end - start], a["c"][: end - start] = h0n[start:end], c0n[start:end]
                 with contextlib.suppress(OSError):
-                    os.write(r.proc.resp.fileno(), _DONE)
+                    os.write(r.proc.resp.fileno(), DONE)
             start = end
 
     def _check_outputs(self, out: Any, n: int) -> dict[str, np.ndarray]:
@@ -605,58 +542,3 @@ class InferenceServer:
                     f"expected {(n, *shape)}"
                 )
         return arrays
-
-
-# ---- the process actor's side ------------------------------------------------------------------
-
-
-class ActorClient:
-    """A process actor's handle on the server: `infer` through its shared-memory slot."""
-
-    def __init__(self, actor_id: int, block: Block, req: Any, resp: Any) -> None:
-        self.actor_id = actor_id
-        """This actor's id."""
-        self.num_envs = len(block.arrays["env_ids"])
-        """The most envs one request may hold."""
-        self._block, self._req, self._resp = block, req, resp
-        self._all = np.arange(self.num_envs, dtype=np.int64)
-
-    def infer(
-        self, obs: np.ndarray, env_ids: Any = None, dones: np.ndarray | None = None
-    ) -> InferResult:
-        """Actions for envs `env_ids` (default: 0..len(obs)-1) at `obs`; `dones` as in
-        `InferenceServer.infer`. Blocks until the server answers."""
-        a = self._block.arrays
-        n = len(obs)
-        if n > self.num_envs:
-            raise ValueError(f"a request of {n} envs exceeds this actor's slot of {self.num_envs}")
-        a["obs"][:n] = obs
-        a["env_ids"][:n] = self._all[:n] if env_ids is None else env_ids
-        a["dones"][:n] = False if dones is None else dones
-        a["n"][0] = n
-        os.write(self._req.fileno(), _REQUEST)
-        reply = os.read(self._resp.fileno(), 1)
-        if reply == _ERROR:
-            raise RuntimeError(read_msg(self._resp.fileno())[1:].decode(errors="replace"))
-        if reply != _DONE:
-            raise EOFError("the inference server went away")
-        outputs = {k[4:]: v[:n].copy() for k, v in a.items() if k.startswith("out.")}
-        return InferResult(
-            a["actions"][:n].copy(),
-            outputs,
-            int(a["version"][0]),
-            (a["h"][:n].copy(), a["c"][:n].copy()) if "h" in a else None,
-        )
-
-
-def _actor_main(
-    target: bytes, block_name: str, layout: Layout, actor_id: int, req: Any, resp: Any, args: tuple
-) -> None:
-    """A process actor: attach to its slot and run the target."""
-    block = Block(layout, name=block_name)
-    try:
-        cloudpickle.loads(target)(ActorClient(actor_id, block, req, resp), *args)
-    except (EOFError, BrokenPipeError):  # the server closed: nothing left to do
-        pass
-    finally:
-        block.close()

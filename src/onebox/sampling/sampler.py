@@ -13,12 +13,14 @@ Two modes:
 
 Observations go to the device as they come (uint8 images stay uint8 until the network); there is
 no Python loop over envs. The pool must use same-step autoreset: a truncated episode's final
-observation is then at hand to bootstrap its last reward (`r + gamma * V(final obs)`).
+observation is then at hand, and the rollout records V(final obs) (`Rollout.final`) for the
+learner to bootstrap its last reward with (`Rollout.bootstrapped_rewards`); the sampler itself
+folds nothing into the rewards.
 
 A recurrent policy (`policy.recurrent`, e.g. an `ActorCritic` with an LSTM core) gets each env's
 state carried across steps and rollouts, indexed by env id, and zeroed where an episode starts.
 The rollout then also holds `starts` and every env's state before its step 0, so a learner can
-replay it; a truncated episode bootstraps from V(final obs) given the state after its last step.
+replay it; a truncated episode's V(final obs) is given the state after its last step.
 """
 
 from __future__ import annotations
@@ -133,7 +135,6 @@ class Sampler:
             (`policy.recurrent`) gets its state carried per env.
         num_steps: steps per env in each rollout.
         device: where rollouts live and the policy runs.
-        gamma: discount, to bootstrap truncated episodes.
         double_buffered: overlap stepping one half of the envs with inference on the other.
         obs_transform: e.g. an observation normalizer, applied before the policy and storage.
         reward_transform: e.g. a reward scaler, applied to what the learner sees (episode
@@ -148,7 +149,6 @@ class Sampler:
         num_steps: int,
         *,
         device: torch.device | str = "cpu",
-        gamma: float = 0.99,
         double_buffered: bool = False,
         obs_transform: ObsTransform | None = None,
         reward_transform: RewardTransform | None = None,
@@ -156,8 +156,8 @@ class Sampler:
     ) -> None:
         if envs.metadata.get("autoreset_mode") != AutoresetMode.SAME_STEP:
             raise ValueError(
-                "the sampler needs an env pool with autoreset_mode='SameStep' (to bootstrap "
-                "truncated episodes from their final observation)"
+                "the sampler needs an env pool with autoreset_mode='SameStep' (to record the "
+                "value of truncated episodes' final observations)"
             )
         n = envs.num_envs
         if double_buffered and (n < 2 or n % 2 or envs.batch_size != n // 2):
@@ -171,7 +171,6 @@ class Sampler:
             raise ValueError(f"num_steps must be positive, got {num_steps}")
         self.envs, self.policy, self.num_steps = envs, policy, num_steps
         self.device = torch.device(device)
-        self.gamma = gamma
         self.double_buffered = double_buffered
         self.obs_transform, self.reward_transform = obs_transform, reward_transform
         self.timer = timer or (lambda name: contextlib.nullcontext())
@@ -214,8 +213,10 @@ class Sampler:
         st = self._storage
         if double_buffered:
             self.rollout = Rollout(
-                st.obs[:t], st.actions[:t], st.logprobs[:t], st.values[:t], st.rewards[:t],
-                st.ends[:t], next_obs=st.obs[t], next_value=st.values[t],
+                st.obs[:t], st.actions[:t], st.rewards[:t], st.terminated[:t], st.truncated[:t],
+                outputs={k: v[:t] for k, v in st.outputs.items()},
+                final={k: v[:t] for k, v in st.final.items()},
+                next_obs=st.obs[t], next={"values": st.values[t]},
                 starts=None if st.starts is None else st.starts[:t], state=st.state,
             )  # fmt: skip
         else:
@@ -284,7 +285,8 @@ class Sampler:
         ahead = int(self._sent.max()) - t
         if ahead > 0:  # steps taken past the last rollout open this one
             st = self._storage
-            bufs = [st.obs, st.actions, st.logprobs, st.values, st.rewards, st.ends]
+            bufs = [st.obs, st.actions, st.rewards, st.terminated, st.truncated,
+                    *st.outputs.values(), *st.final.values()]  # fmt: skip
             for buf in bufs if st.starts is None else [*bufs, st.starts]:
                 buf[:ahead] = buf[t : t + ahead].clone()  # a held env's rows overlap row t
             if st.state is not None:  # every env took its step T, this rollout's step 0
@@ -390,35 +392,37 @@ class Sampler:
         """Store the results of step `rows` of envs `ids` (only where `keep`, if given: the
         others are first observations, not results); return all the next observations."""
         obs, reward, terminated, truncated, info = result
-        ends = np.logical_or(terminated, truncated)
+        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         reward = np.asarray(reward, np.float32)
         batch_ids = ids
         if keep is not None and not keep.all():
             if not keep.any():
                 return self._to_device(obs, update=True)
-            rows, ids, reward, ends = rows[keep], ids[keep], reward[keep], ends[keep]
-            terminated, truncated = np.asarray(terminated)[keep], np.asarray(truncated)[keep]
+            rows, ids, reward = rows[keep], ids[keep], reward[keep]
+            terminated, truncated = terminated[keep], truncated[keep]
             positions = np.flatnonzero(keep)
         else:
             positions = None
+        ends = np.logical_or(terminated, truncated)
         self.episodes.update(ids, reward, ends, info)
         if self.recurrent:
             self._starts[ids] = ends
         if self.reward_transform is not None:
             reward = self.reward_transform(reward, ends, ids)
+        final = np.zeros(len(ids), np.float32)
         cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
         if cut.size:
             at = cut if positions is None else positions[cut]
-            values = self._final_values(info, at, batch_ids[at])
-            reward = reward + self.gamma * (values if positions is None else values[positions])
+            final[cut] = self._final_values(info, at, batch_ids[at])
         st = self._storage
         index = _index(rows, ids)
-        st.rewards[index] = torch.from_numpy(np.asarray(reward, np.float32)).to(self.device)
-        st.ends[index] = torch.from_numpy(ends).to(self.device)
+        for buf, x in ((st.rewards, np.asarray(reward, np.float32)), (st.terminated, terminated),
+                       (st.truncated, truncated), (st.final["values"], final)):  # fmt: skip
+            buf[index] = torch.from_numpy(x).to(self.device)
         return self._to_device(obs, update=True)
 
     def _final_values(self, info: dict[str, Any], idx: np.ndarray, env: np.ndarray) -> np.ndarray:
-        """V(final observation) of the truncated envs `idx` (positions within the batch; `env`:
+        """V(final observation) of the truncated envs at positions `idx` within the batch (`env`:
         their ids), for a recurrent policy given each env's state after its last step."""
         final = np.stack([info["final_obs"][i] for i in idx])
         with self.timer("inference"):
@@ -429,9 +433,7 @@ class Sampler:
                 _, values, _ = self._rnn.unroll(final_t.unsqueeze(0), None, state)
             else:
                 values = self.policy.value(final_t)
-        out = np.zeros(len(info["final_obs"]), np.float32)
-        out[idx] = values.cpu().numpy()
-        return out
+        return values.cpu().numpy()
 
     def _to_device(self, obs: np.ndarray, update: bool) -> torch.Tensor:
         if self.obs_transform is not None:
