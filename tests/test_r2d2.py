@@ -82,7 +82,9 @@ def test_stored_state_replayed_through_burn_in_is_the_actors() -> None:
         unroll=7, lstm=8, hidden=(16,), seq_len=10, overlap=5, burn_in=5, buffer_size=200,
         batch_size=2, learning_starts=2, device="cpu", seed=3,
     ))  # fmt: skip
-    torch.set_num_threads(1)  # as runs do (`--torch-threads`): tiny LSTM calls on many threads crawl
+    torch.set_num_threads(
+        1
+    )  # as runs do (`--torch-threads`): tiny LSTM calls on many threads crawl
     spec = r2d2.actor_spec(config)
     with spec.make_pool(0) as probe:
         spaces_ = (probe.single_observation_space, probe.single_action_space)
@@ -108,7 +110,7 @@ def test_stored_state_replayed_through_burn_in_is_the_actors() -> None:
         reported = {i * 7: u.state[0][e] for i, u in enumerate(channel.unrolls)}  # type: ignore[index]
         starts = np.concatenate([u.starts[:, e] for u in channel.unrolls])
         streams.append((obs, h, reported, starts))
-    for i, u in enumerate(channel.unrolls):
+    for u in channel.unrolls:  # the recorded states are the ones the server reported
         np.testing.assert_array_equal(u.outputs["h"][0], u.state[0])  # type: ignore[index]
     batch = table.get(np.arange(len(table)))
     assert len(table) > 20 and batch.first.any() and not batch.first.all()
@@ -208,4 +210,3 @@ def test_memory_task_needs_the_lstm(tmp_path: Path) -> None:
         results[core] = last_mean(tmp_path / core, 20)
     assert results["lstm"] >= 400, results
     assert results["mlp"] <= 150, results
-

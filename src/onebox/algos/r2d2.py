@@ -51,13 +51,13 @@ from onebox.sampling.inference import InferenceServer
 
 PRESETS: dict[str, dict[str, Any]] = {
     "classic": dict(
-        total_steps=100_000, actors=4, envs_per_actor=4, lstm=64, hidden=(64,), seq_len=20,
+        total_steps=100_000, actors=4, envs_per_actor=4, eps_base=0.1, lstm=64, hidden=(64,), seq_len=20,
         overlap=10, burn_in=10, n_step=5, gamma=0.99, learning_rate=1e-3, buffer_size=2_000,
-        batch_size=32, learning_starts=100, target_update=200, max_grad_norm=10.0,
-        samples_per_insert=4.0,
+        batch_size=32, learning_starts=100, target_update=100, max_grad_norm=10.0,
+        samples_per_insert=16.0,
     ),
     "atari": dict(
-        total_steps=50_000_000, actors=8, envs_per_actor=16, lstm=512, hidden=(), seq_len=80,
+        total_steps=50_000_000, actors=8, envs_per_actor=16, eps_base=0.4, lstm=512, hidden=(), seq_len=80,
         overlap=40, burn_in=40, n_step=5, gamma=0.997, learning_rate=1e-4, buffer_size=10_000,
         batch_size=64, learning_starts=1_000, target_update=2_500, max_grad_norm=40.0,
         samples_per_insert=0.0,
@@ -90,8 +90,9 @@ class Config:
     """Envs in each actor's pool (preset: 4 classic, 16 Atari)."""
     unroll: int = 16
     """Steps an actor collects before handing them to the replay table."""
-    eps_base: float = 0.4
-    """Actor i of N explores with epsilon eps_base ** (1 + eps_alpha * i / (N - 1))."""
+    eps_base: float | None = None
+    """Actor i of N explores with epsilon eps_base ** (1 + eps_alpha * i / (N - 1)) (preset: 0.1
+    classic, Ape-X's 0.4 Atari)."""
     eps_alpha: float = 7.0
     """See eps_base."""
     lstm: int | None = None
@@ -121,11 +122,11 @@ class Config:
     learning_starts: int | None = None
     """Sequences in the table before the first update (preset: 100 classic, 1,000 Atari)."""
     target_update: int | None = None
-    """Learner updates between target network copies (preset: 200 classic, 2,500 Atari)."""
+    """Learner updates between target network copies (preset: 100 classic, 2,500 Atari)."""
     samples_per_insert: float | None = None
     """Rate limit: actors wait while the steps they inserted exceed those the learner sampled
     (sequences x (seq_len - overlap)) divided by this (plus one unroll per actor); 0 = no limit,
-    the actors run free (preset: 4 classic, 0 Atari)."""
+    the actors run free (preset: 16 classic, 0 Atari)."""
     priority_eta: float = 0.9
     """A sequence's priority: eta * max + (1 - eta) * mean of its |TD errors|."""
     priority_alpha: float = 0.9
@@ -261,7 +262,7 @@ class Learner:
         self.net = make_net(config, obs_space, act_space).to(device)
         self.target = copy.deepcopy(self.net).requires_grad_(False)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate or 0.0)
-        eps = actor_epsilons(config.actors or 1, config.eps_base, config.eps_alpha)
+        eps = actor_epsilons(config.actors or 1, config.eps_base or 0.0, config.eps_alpha)
         self.epsilons = torch.as_tensor(eps, dtype=torch.float32, device=device)
         self.outputs = state_outputs(config)
         self.updates = 0

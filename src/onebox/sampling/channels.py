@@ -129,8 +129,10 @@ class _TableChannel:
         steps and episodes as arrived."""
         if self.samples_per_insert is not None:
             limit = self.samples_per_insert
-            while not stop.is_set() and self.started is not None and (
-                self.inserted > self.started + self.sampled / limit + self.slack
+            while (
+                not stop.is_set()
+                and self.started is not None
+                and (self.inserted > self.started + self.sampled / limit + self.slack)
             ):
                 stop.wait(0.001)
         with self.lock:
