@@ -170,6 +170,7 @@ def test_short_run_folder_checkpoint_resume_and_eval(tmp_path: Path, capsys) -> 
         (["--buffer-size", "16"], "is smaller than a batch"),
         (["--overlap", "20"], "--overlap must be in [0, --seq-len=20)"),
         (["--actors", "0"], "--actors must be positive"),
+        (["--samples-per-insert", "0"], "--anneal-lr counts the learner updates"),
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message) -> None:

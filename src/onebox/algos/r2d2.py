@@ -51,16 +51,16 @@ from onebox.sampling.inference import InferenceServer
 
 PRESETS: dict[str, dict[str, Any]] = {
     "classic": dict(
-        total_steps=100_000, actors=4, envs_per_actor=4, eps_base=0.1, lstm=64, hidden=(64,), seq_len=20,
-        overlap=10, burn_in=10, n_step=5, gamma=0.99, learning_rate=1e-3, buffer_size=2_000,
-        batch_size=32, learning_starts=100, target_update=100, max_grad_norm=10.0,
-        samples_per_insert=16.0,
+        total_steps=150_000, actors=4, envs_per_actor=4, eps_base=0.1, lstm=64, hidden=(64,),
+        seq_len=20, overlap=10, burn_in=10, n_step=5, gamma=0.99, learning_rate=1e-3,
+        anneal_lr=True, buffer_size=5_000, batch_size=32, learning_starts=100, target_update=100,
+        max_grad_norm=10.0, samples_per_insert=16.0,
     ),
     "atari": dict(
-        total_steps=50_000_000, actors=8, envs_per_actor=16, eps_base=0.4, lstm=512, hidden=(), seq_len=80,
-        overlap=40, burn_in=40, n_step=5, gamma=0.997, learning_rate=1e-4, buffer_size=10_000,
-        batch_size=64, learning_starts=1_000, target_update=2_500, max_grad_norm=40.0,
-        samples_per_insert=0.0,
+        total_steps=50_000_000, actors=8, envs_per_actor=16, eps_base=0.4, lstm=512, hidden=(),
+        seq_len=80, overlap=40, burn_in=40, n_step=5, gamma=0.997, learning_rate=1e-4,
+        anneal_lr=False, buffer_size=10_000, batch_size=64, learning_starts=1_000,
+        target_update=2_500, max_grad_norm=40.0, samples_per_insert=0.0,
     ),
 }  # fmt: skip
 """Per env family. Atari: R2D2's published settings (LSTM 512 on the Nature CNN, sequences of 80
@@ -83,7 +83,7 @@ class Config:
     preset: Literal["auto", "classic", "atari"] = "auto"
     """Hyperparameter preset: `auto` picks by env (Atari or classic)."""
     total_steps: int | None = None
-    """Env steps to train for, all actors together (preset: 100k classic, 50M Atari)."""
+    """Env steps to train for, all actors together (preset: 150k classic, 50M Atari)."""
     actors: int | None = None
     """Actors, each owning an env pool and its own epsilon (preset: 4 classic, 8 Atari)."""
     envs_per_actor: int | None = None
@@ -115,8 +115,11 @@ class Config:
     """Learn Q in h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x space (R2D2's value rescaling)."""
     learning_rate: float | None = None
     """Adam learning rate (preset: 1e-3 classic, 1e-4 Atari)."""
+    anneal_lr: bool | None = None
+    """Anneal the learning rate linearly to 0 over the run's expected learner updates (needs
+    --samples-per-insert; preset: on classic, off Atari)."""
     buffer_size: int | None = None
-    """Replay table capacity in sequences (preset: 2,000 classic, 10,000 Atari)."""
+    """Replay table capacity in sequences (preset: 5,000 classic, 10,000 Atari)."""
     batch_size: int | None = None
     """Sequences per learner update (preset: 32 classic, 64 Atari)."""
     learning_starts: int | None = None
@@ -204,6 +207,11 @@ def resolve(config: Config) -> Config:
         )
     if c.samples_per_insert < 0:
         raise ValueError(f"--samples-per-insert must be >= 0, got {c.samples_per_insert}")
+    if c.anneal_lr and not c.samples_per_insert:
+        raise ValueError(
+            "--anneal-lr counts the learner updates a run held to --samples-per-insert makes; "
+            "set --samples-per-insert > 0 or --anneal-lr False"
+        )
     if c.envs_per_actor > c.max_batch:
         raise ValueError(
             f"--envs-per-actor ({c.envs_per_actor}) must be <= --max-batch ({c.max_batch})"
@@ -305,6 +313,9 @@ class Learner:
         td = torch.where(trained, q_taken - y, 0.0)
         weights = torch.as_tensor(batch.weights, device=dev)[:, None]
         loss = (weights * td.pow(2)).sum() / (len(td) * (seq_len - burn))
+        if c.anneal_lr:
+            done = min(self.updates / expected_updates(c), 1.0)
+            self.opt.param_groups[0]["lr"] = (1.0 - done) * (c.learning_rate or 0.0)
         self.opt.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm or 0.0)
