@@ -359,6 +359,7 @@ def test_sequence_windows_overlap_and_end_partial():
     assert b.obs[0, :, 0].tolist() == [0, 1, 2, 3, 4]
     assert b.obs[3, :, 0].tolist() == [6, 7, 8, 100, 0]
     assert b.terminated[3].tolist() == [False, False, True, False]
+    assert b.first.tolist() == [True, False, False, False]  # [0, 4) begins the episode
     seq.update_priorities(np.array([1, 3]), mixed_priority(np.ones((2, 4)), b.mask[[1, 3]]))
     np.testing.assert_allclose(
         seq.priorities.tree.get([0, 1, 2, 3]), [1, (1 + 1e-6) ** 0.9, 1, (1 + 1e-6) ** 0.9]
@@ -366,6 +367,33 @@ def test_sequence_windows_overlap_and_end_partial():
     assert np.allclose(
         mixed_priority(np.array([[1.0, 3.0, 9.0]]), np.array([[1, 1, 0]], bool)), 0.9 * 3 + 0.1 * 2
     )
+
+
+def test_sequence_adds_of_some_envs_equal_adds_of_all():
+    """Two actors adding their own envs (`envs=`) fill the table as one add of every env would."""
+    rng = np.random.default_rng(0)
+    kw = dict(capacity=64, obs_shape=(2,), obs_dtype=np.float32, action_shape=(),
+              action_dtype=np.int64, num_envs=4, hidden_size=3, seq_len=6, overlap=3, burn_in=2)  # fmt: skip
+    whole, split = SequenceReplay(**kw), SequenceReplay(**kw)
+    for _ in range(40):
+        o, nxt = rng.standard_normal((2, 4, 2)).astype(np.float32)
+        a, r = rng.integers(0, 2, 4), rng.random(4)
+        term, trunc = rng.random(4) < 0.1, np.zeros(4, bool)
+        h, c = rng.standard_normal((2, 4, 3)).astype(np.float32)
+        whole.add(o, a, r, term, trunc, nxt, (h, c))
+        for rows in ([0, 1], [2, 3]):
+            split.add(o[rows], a[rows], r[rows], term[rows], trunc[rows], nxt[rows],
+                      (h[rows], c[rows]), envs=np.array(rows))  # fmt: skip
+    assert len(whole) == len(split) > 10
+
+    def rows(seq: SequenceReplay) -> list:
+        b = seq.get(np.arange(len(seq)))
+        parts = (b.obs, b.actions, b.mask, b.first, b.hidden[0], b.hidden[1])
+        return sorted([p[i].tolist() for p in parts] for i in range(len(seq)))
+
+    assert rows(whole) == rows(split)
+    with pytest.raises(ValueError, match="increasing env ids"):
+        split.add(o[:2], a[:2], r[:2], term[:2], trunc[:2], nxt[:2], (h[:2], c[:2]), envs=[3, 2])
 
 
 # ---- save and load ---------------------------------------------------------------------------

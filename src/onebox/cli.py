@@ -1,7 +1,7 @@
 """The `onebox` command line.
 
     onebox envs                 list the envs
-    onebox train ALGO           train an agent (ppo, a2c, a3c, impala, appo, apex, dqn, pqn, sac);
+    onebox train ALGO           train an agent (ppo, a2c, a3c, impala, appo, apex, r2d2, dqn, pqn, sac);
                                 `onebox train --resume RUN` continues a run
     onebox eval RUN             play a run's policy, optionally to a video
     onebox bench envs           env steps/s of onebox next to Gymnasium and EnvPool
@@ -92,7 +92,8 @@ class EvalConfig:
 
 COMMANDS: dict[str, Command | Group] = {
     "train": Group(
-        "Train an agent: `ppo`, `a2c`, `a3c`, `impala`, `appo`, `apex`, `dqn`, `pqn`, `sac`; "
+        "Train an agent: `ppo`, `a2c`, `a3c`, `impala`, `appo`, `apex`, `r2d2`, `dqn`, `pqn`, "
+        "`sac`; "
         "`onebox train "
         "--resume RUN` continues a run.",
         {
@@ -114,6 +115,11 @@ COMMANDS: dict[str, Command | Group] = {
             "apex": Command(
                 "Ape-X DQN: actors with their own epsilons, central inference, prioritized replay.",
                 config="onebox.algos.apex:Config",
+                run="onebox.algos.launch:train",
+            ),
+            "r2d2": Command(
+                "R2D2: Ape-X with an LSTM Q-network trained on stored sequences with burn-in.",
+                config="onebox.algos.r2d2:Config",
                 run="onebox.algos.launch:train",
             ),
             "a2c": Command(

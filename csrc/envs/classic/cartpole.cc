@@ -1,4 +1,5 @@
 // CartPole-v1: Gymnasium's cart-pole (Barto, Sutton & Anderson, 1983), same dynamics, reward and limits.
+// With hide_velocities the observation is (x, theta) only: a task that needs memory.
 #include <cmath>
 
 #include "engine/registry.h"
@@ -16,19 +17,28 @@ struct CartPole {
 
   static std::vector<OptionDecl> Options() {
     return {{"sutton_barto_reward", false,
-             "Reward 0 per step and -1 on failure (Sutton & Barto) instead of +1 per step."}};
+             "Reward 0 per step and -1 on failure (Sutton & Barto) instead of +1 per step."},
+            {"hide_velocities", false,
+             "Observe only the cart position and pole angle (x, theta), not their velocities: the "
+             "agent must infer them from past observations (a partially observed CartPole)."}};
   }
-  static EnvSpec Spec(const Config&) {
+  static EnvSpec Spec(const Config& cfg) {
     EnvSpec s;
-    const std::vector<double> high{kXThreshold * 2, kInf, kThetaThreshold * 2, kInf};
-    s.observation = Space::Box({4}, DType::kFloat32, {-high[0], -high[1], -high[2], -high[3]}, high);
+    if (cfg.Bool("hide_velocities")) {
+      const std::vector<double> high{kXThreshold * 2, kThetaThreshold * 2};
+      s.observation = Space::Box({2}, DType::kFloat32, {-high[0], -high[1]}, high);
+    } else {
+      const std::vector<double> high{kXThreshold * 2, kInf, kThetaThreshold * 2, kInf};
+      s.observation = Space::Box({4}, DType::kFloat32, {-high[0], -high[1], -high[2], -high[3]}, high);
+    }
     s.action = Space::Discrete(2);
     s.max_episode_steps = 500;
     s.reward_threshold = 475.0;
     return s;
   }
 
-  explicit CartPole(const Config& cfg) : sutton_barto_(cfg.Bool("sutton_barto_reward")) {}
+  explicit CartPole(const Config& cfg)
+      : sutton_barto_(cfg.Bool("sutton_barto_reward")), hide_velocities_(cfg.Bool("hide_velocities")) {}
 
   void Reset(Rng& rng, Obs* obs, double*) {
     for (double& v : s_) v = rng.Uniform(-0.05, 0.05);
@@ -61,9 +71,14 @@ struct CartPole {
 
  private:
   void Write(Obs* obs) const {
+    if (hide_velocities_) {
+      obs[0] = static_cast<float>(s_[0]);
+      obs[1] = static_cast<float>(s_[2]);
+      return;
+    }
     for (int k = 0; k < 4; ++k) obs[k] = static_cast<float>(s_[k]);
   }
-  bool sutton_barto_;
+  bool sutton_barto_, hide_velocities_;
   double s_[4] = {0, 0, 0, 0};
 };
 

@@ -1,6 +1,6 @@
 """Networks: Nature CNN for images, MinAtar's small CNN for MinAtar's bool grids, MLP for vectors,
-CleanRL's initialization; the actor-critic of the policy-gradient learners, the Q-networks of DQN
-and PQN, SAC's actor and critic.
+CleanRL's initialization; the actor-critic of the policy-gradient learners, the Q-networks of DQN,
+PQN and Ape-X, R2D2's recurrent Q-network, SAC's actor and critic.
 
 `ActorCritic` takes observations as the env pool returns them (uint8 images are scaled by 1/255
 inside the network, so rollouts keep them as uint8; bool grids become float channels inside the
@@ -374,6 +374,57 @@ class QNetwork(nn.Module):
         if self.value_head is None:
             return self.head(x)
         return dueling_q(self.value_head(x), self.head(x))
+
+
+class RecurrentQNetwork(nn.Module):
+    """R2D2's Q-network: `QNetwork`'s trunk, an LSTM core of `size` units and a dueling head.
+
+    `unroll(obs, state)` runs a (T, envs) sequence from the state before step 0 (the caller zeroes
+    the state where an episode starts) and returns Q of shape (T, envs, actions) and the state
+    after step T-1. With `core="mlp"` a ReLU layer of the same size takes the LSTM's place: the
+    same network without memory, its state passed through unchanged (a control for memory)."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        hidden: tuple[int, ...] = (64,),
+        size: int = 64,
+        core: str = "lstm",
+    ) -> None:
+        super().__init__()
+        QNetwork.check_spaces(observation_space, action_space)
+        if size < 1 or core not in ("lstm", "mlp"):
+            raise ValueError(f"the core is an 'lstm' or 'mlp' of size >= 1, got {core!r} {size}")
+        self.image = is_image(observation_space)
+        self.num_actions, self.size = int(action_space.n), int(size)
+        cnn = cnn_torso(observation_space)
+        if cnn is not None:
+            self.trunk: nn.Module = cnn
+            features = cnn.out_features
+        else:
+            mlp = MLP(int(np.prod(observation_space.shape)), hidden, activation=nn.ReLU)
+            self.trunk, features = nn.Sequential(nn.Flatten(), mlp), mlp.out_features
+        self.core: nn.Module = (
+            nn.LSTM(features, size)
+            if core == "lstm"
+            else nn.Sequential(layer_init(nn.Linear(features, size)), nn.ReLU())
+        )
+        self.value_head = layer_init(nn.Linear(size, 1))
+        self.head = layer_init(nn.Linear(size, self.num_actions))
+        """The advantages."""
+
+    def unroll(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """Q of a (T, envs, ...) sequence from `state` (each (envs, size)): (Q, state after)."""
+        t_len, envs = obs.shape[:2]
+        x = obs.flatten(0, 1).float()
+        x = self.trunk(x * (1.0 / 255.0) if self.image else x).view(t_len, envs, -1)
+        if isinstance(self.core, nn.LSTM):
+            y, (h, c) = self.core(x, (state[0].unsqueeze(0), state[1].unsqueeze(0)))
+            state = (h[0], c[0])
+        else:
+            y = self.core(x)
+        return dueling_q(self.value_head(y), self.head(y)), state
 
 
 def dueling_q(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:

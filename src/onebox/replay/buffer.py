@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from onebox.replay.checks import as_batch, check_flags, check_obs
+from onebox.replay.checks import as_batch, check_envs, check_flags, check_obs
 from onebox.replay.frames import FrameStore
 from onebox.replay.gather import take
 from onebox.replay.nstep import NStepStaging, check_nstep_args
@@ -151,7 +151,7 @@ class ReplayBuffer:
         `priorities`: optional TD-error magnitudes of the transitions that start at this step
         (Ape-X's actor priorities; NaN: the max), applied when their n-step returns complete;
         without them new transitions get the max priority."""
-        rows = self._check_envs(envs)
+        rows = check_envs(envs, self.num_envs)
         n = len(rows)
         obs = check_obs("obs", obs, (n, *self.obs_shape), self.obs_dtype)
         next_obs = check_obs("next_obs", next_obs, (n, *self.obs_shape), self.obs_dtype)
@@ -191,20 +191,6 @@ class ReplayBuffer:
             t["next_obs"][slots] = next_obs[row_of]
         if self.priorities is not None:
             self.priorities.add(slots, out.fields["priority"])
-
-    def _check_envs(self, envs: Any) -> np.ndarray:
-        """`add`'s env ids: all envs, or increasing ids within range."""
-        if envs is None:
-            return np.arange(self.num_envs)
-        rows = np.asarray(envs)
-        if (
-            rows.ndim != 1 or rows.dtype.kind not in "iu" or not len(rows)
-            or rows[0] < 0 or rows[-1] >= self.num_envs or np.any(np.diff(rows) <= 0)
-        ):  # fmt: skip
-            raise ValueError(
-                f"envs must be increasing env ids in [0, {self.num_envs}), got {envs!r}"
-            )
-        return rows.astype(np.int64, copy=False)
 
     def _drop_overwritten(self) -> None:
         """Transitions whose oldest frame has been overwritten leave the table."""

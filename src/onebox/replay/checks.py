@@ -43,3 +43,16 @@ def check_flags(name: str, value: Any, num_envs: int) -> np.ndarray:
             f"{name} must be a bool array of shape ({num_envs},), got {arr.dtype} {arr.shape}"
         )
     return arr
+
+
+def check_envs(envs: Any, num_envs: int) -> np.ndarray:
+    """`add`'s env ids: all `num_envs` envs (None), or increasing ids within range."""
+    if envs is None:
+        return np.arange(num_envs)
+    rows = np.asarray(envs)
+    if (
+        rows.ndim != 1 or rows.dtype.kind not in "iu" or not len(rows)
+        or rows[0] < 0 or rows[-1] >= num_envs or np.any(np.diff(rows) <= 0)
+    ):  # fmt: skip
+        raise ValueError(f"envs must be increasing env ids in [0, {num_envs}), got {envs!r}")
+    return rows.astype(np.int64, copy=False)

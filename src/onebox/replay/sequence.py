@@ -8,13 +8,14 @@ prioritized over sequences, for R2D2 (Kapturowski et al. 2019).
     batch = seq.sample(64)       # SequenceBatch
     seq.update_priorities(batch.indices, mixed_priority(abs_td, batch.mask))
 
-`add` takes one env step of every env and the recurrent state (h, c), each (num_envs,
-hidden_size), that the actor's network had before it saw `obs` (zeros at an episode's start, if
-that is how the actor resets). A sequence starts every `seq_len - overlap` steps of an episode and
+`add` takes one env step of every env (or with `envs`, of those envs: each actor adds its own)
+and the recurrent state (h, c), each (num_envs, hidden_size), that the actor's network had before
+it saw `obs` (zeros at an episode's start, if that is how the actor resets). A sequence starts every `seq_len - overlap` steps of an episode and
 never crosses into the next episode: when an episode ends, the earliest unfinished sequence that
 holds steps no earlier sequence holds is stored with what it has, the rest padded
 (`mask` False). The learner unrolls from the stored state, the first `burn_in` steps only to warm
-the state up.
+the state up; `first` marks the sequences that begin an episode, whose stored state is the
+actor's start state itself (a learner may train on their burn-in steps too).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from onebox.replay.checks import as_batch, check_flags, check_obs
+from onebox.replay.checks import as_batch, check_envs, check_flags, check_obs
 from onebox.replay.gather import take
 from onebox.replay.persist import (
     check_config,
@@ -50,6 +51,7 @@ class SequenceBatch:
     terminated: np.ndarray  # (B, L) bool: the episode terminated at this step (no bootstrap)
     mask: np.ndarray  # (B, L) bool: a real step (False: padding after the episode ended)
     hidden: tuple[np.ndarray, np.ndarray]  # (h, c), each (B, hidden_size): the state before step 0
+    first: np.ndarray  # (B,) bool: the sequence begins an episode
     weights: np.ndarray  # (B,) float32 importance weights; ones when uniform
     indices: np.ndarray  # (B,) int64 slots, for update_priorities
 
@@ -140,6 +142,7 @@ class SequenceReplay:
             "mask": np.zeros((c, L), dtype=bool),
             "h": np.zeros((c, H), dtype=np.float32),
             "c": np.zeros((c, H), dtype=np.float32),
+            "first": np.zeros(c, dtype=bool),
         }
         self.written = np.zeros((), dtype=np.int64)  # sequences ever stored
         self.priorities = Priorities(c, alpha, beta, beta_steps, eps) if prioritized else None
@@ -156,9 +159,12 @@ class SequenceReplay:
         truncated: Any,
         next_obs: Any,
         hidden: tuple[Any, Any],
+        envs: Any = None,
     ) -> None:
-        """One env step of every env; `hidden` = (h, c) before the step (see the module doc)."""
-        n, L, st = self.num_envs, self.seq_len, self.stage
+        """One env step of every env (row i is env i), or with `envs` (increasing env ids) of
+        those envs only; `hidden` = (h, c) before the step (see the module doc)."""
+        rows = check_envs(envs, self.num_envs)
+        n, L, st = len(rows), self.seq_len, self.stage
         obs = check_obs("obs", obs, (n, *self.obs_shape), self.obs_dtype)
         next_obs = check_obs("next_obs", next_obs, (n, *self.obs_shape), self.obs_dtype)
         actions = as_batch("actions", actions, (n, *self.action_shape), self.action_dtype)
@@ -170,24 +176,25 @@ class SequenceReplay:
         h = as_batch("hidden h", hidden[0], (n, self.hidden_size), np.dtype(np.float32))
         c = as_batch("hidden c", hidden[1], (n, self.hidden_size), np.dtype(np.float32))
 
-        envs, ring = np.arange(n), st["steps"] % L
+        ring = st["steps"][rows] % L
         for name, value in (("obs", obs), ("actions", actions), ("rewards", rewards)):
-            st[name][envs, ring] = value
-        st["terminated"][envs, ring] = terminated
-        st["h"][envs, ring], st["c"][envs, ring] = h, c
-        st["steps"] += 1
+            st[name][rows, ring] = value
+        st["terminated"][rows, ring] = terminated
+        st["h"][rows, ring], st["c"][rows, ring] = h, c
+        st["steps"][rows] += 1
         done = terminated | truncated
-        t = st["steps"] - st["episode_start"]  # steps of the episode so far
+        t = st["steps"][rows] - st["episode_start"][rows]  # steps of the episode so far
         full = (t >= L) & ((t - L) % self.stride == 0)
-        partial = done & ~full & (t > st["covered"])
+        partial = done & ~full & (t > st["covered"][rows])
         # A full sequence ends here; else the earliest one still open when the episode ends.
         start = np.where(full, t - L, -(-np.maximum(t - L + 1, 0) // self.stride) * self.stride)
-        st["covered"] = np.where(full, t, st["covered"])
+        st["covered"][rows] = np.where(full, t, st["covered"][rows])
         emit = np.flatnonzero(full | partial)
         if len(emit):
-            self._store(emit, start[emit], t[emit], next_obs[emit])
-        st["episode_start"][done] = st["steps"][done]
-        st["covered"][done] = 0
+            self._store(rows[emit], start[emit], t[emit], next_obs[emit])
+        ended = rows[done]
+        st["episode_start"][ended] = st["steps"][ended]
+        st["covered"][ended] = 0
 
     def _store(
         self, envs: np.ndarray, start: np.ndarray, end: np.ndarray, last: np.ndarray
@@ -208,6 +215,7 @@ class SequenceReplay:
         tab["mask"][slots] = valid
         tab["h"][slots] = st["h"][envs, ring[:, 0]]
         tab["c"][slots] = st["c"][envs, ring[:, 0]]
+        tab["first"][slots] = start == 0
         self.written += len(envs)
         if self.priorities is not None:
             self.priorities.add(slots)
@@ -246,6 +254,7 @@ class SequenceReplay:
             terminated=tab["terminated"],
             mask=tab["mask"],
             hidden=(tab["h"], tab["c"]),
+            first=tab["first"],
             weights=weights,
             indices=slots,
         )
@@ -295,3 +304,10 @@ class SequenceReplay:
     def load(self, path: Any) -> None:
         """Load a `save`d file into this table (built with the same arguments)."""
         self.load_state_dict(load_npz(path))
+
+    def resume_from(self, path: Any) -> None:
+        """`load` a saved table for envs that restart fresh episodes (a resumed run): the steps
+        of each env's unfinished episode are dropped, so no sequence joins two episodes."""
+        self.load(path)
+        self.stage["episode_start"][:] = self.stage["steps"]
+        self.stage["covered"][:] = 0

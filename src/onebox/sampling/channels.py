@@ -9,8 +9,12 @@ feed; a learner picks one:
 - `ReplayChannel` (Ape-X): a prioritized replay table. `put` is the actor-side adder: it computes
   each transition's initial priority, |n-step TD error| from the Q-values the actor's inference
   returned, and inserts the steps (the table computes the n-step returns); a batch is a sample.
-  With `samples_per_insert` it is also a rate limiter (as Reverb's): actors wait while they are
-  more than one unroll each ahead of the transitions the learner has sampled divided by it.
+  With `samples_per_insert` it is also a rate limiter (as Reverb's): once the learner has started,
+  actors wait while the transitions they inserted since then are more than one unroll each ahead
+  of those the learner has sampled divided by it.
+- `SequenceChannel` (R2D2): the same over a `SequenceReplay` table of overlapping sequences, each
+  with the recurrent state the actor's network had at its start (the policy's `h` and `c`
+  outputs, which the actors record at every step); new sequences get the largest priority seen.
 
 Both count the env steps and finished episodes that arrived (`progress()`), which the loop logs.
 `put` only needs the unroll and the actor's id, so an actor could run anywhere that can reach it.
@@ -26,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from onebox.replay import ReplayBatch, ReplayBuffer
+from onebox.replay import ReplayBatch, ReplayBuffer, SequenceBatch, SequenceReplay
 from onebox.sampling.rollout import Rollout
 
 Check = Callable[[], bool]
@@ -102,7 +106,77 @@ def nstep_td_errors(
     return np.abs(g - taken)
 
 
-class ReplayChannel:
+class _TableChannel:
+    """What the replay channels share: the table and its lock, the rate limiter, the arrival
+    counts, sampling, saving and priority updates."""
+
+    def __init__(self, buffer: Any, envs_per_actor: int, learning_starts: int, batch_size: int,
+                 samples_per_insert: float | None, slack: int, steps_per_sample: int) -> None:  # fmt: skip
+        self.buffer, self.n = buffer, envs_per_actor
+        self.learning_starts, self.batch_size = max(learning_starts, batch_size), batch_size
+        self.samples_per_insert, self.slack = samples_per_insert, slack
+        self.steps_per_sample = steps_per_sample
+        self.lock = threading.Lock()
+        self._steps, self._returns, self._lengths = 0, [], []  # type: ignore[var-annotated]
+        self.inserted, self.sampled = 0, 0
+        """Env steps put into the table, and drawn from it (samples x `steps_per_sample`)."""
+        self.started: int | None = None
+        """`inserted` when the learner took its first batch (None before)."""
+
+    def _wait_and_count(self, unroll: Rollout, stop: threading.Event) -> None:
+        """With `samples_per_insert`, wait (until `stop` is set) while the actors are too far
+        ahead of the learner (which they never are before it starts); then count the unroll's
+        steps and episodes as arrived."""
+        if self.samples_per_insert is not None:
+            limit = self.samples_per_insert
+            while (
+                not stop.is_set()
+                and self.started is not None
+                and (self.inserted > self.started + self.sampled / limit + self.slack)
+            ):
+                stop.wait(0.001)
+        with self.lock:
+            self._steps += unroll.env_steps
+            self._returns += unroll.returns
+            self._lengths += unroll.lengths
+
+    def take(self, check: Check) -> ReplayBatch | SequenceBatch | None:
+        """A prioritized sample (transitions or sequences), once the table holds
+        `learning_starts` items (None if `check()` gave up waiting)."""
+        while len(self.buffer) < self.learning_starts:
+            if check():
+                return None
+            threading.Event().wait(0.05)
+        with self.lock:
+            self.started = self.inserted if self.started is None else self.started
+            self.sampled += self.batch_size * self.steps_per_sample
+            return self.buffer.sample(self.batch_size)
+
+    def save(self, path: Path) -> None:
+        """Save the table; steps not yet in it (held or staged) are not saved."""
+        with self.lock:
+            self.buffer.save(path)
+
+    def resume_from(self, path: Path) -> None:
+        """Load a saved table for a resumed run (the table's `resume_from`)."""
+        with self.lock:
+            self.buffer.resume_from(path)
+            self.inserted = len(self.buffer) * self.steps_per_sample
+
+    def update_priorities(self, indices: np.ndarray, td: Any) -> None:
+        """New priorities of sampled items, from the learner's TD errors."""
+        with self.lock:
+            self.buffer.update_priorities(indices, td)
+
+    def progress(self) -> tuple[int, list[float], list[int]]:
+        """Env steps and finished episodes (returns, lengths) put since the last call."""
+        with self.lock:
+            out = (self._steps, self._returns, self._lengths)
+            self._steps, self._returns, self._lengths = 0, [], []
+        return out
+
+
+class ReplayChannel(_TableChannel):
     """A prioritized replay table fed by actors (Ape-X). `put` holds back each actor's latest
     unroll until the next one arrives, since the n-step priorities of its last steps need the
     next unroll's rewards and Q-values (an actor's last unroll when the run ends is dropped)."""
@@ -110,33 +184,16 @@ class ReplayChannel:
     def __init__(self, buffer: ReplayBuffer, envs_per_actor: int, learning_starts: int,
                  batch_size: int, samples_per_insert: float | None = None,
                  slack: int = 0) -> None:  # fmt: skip
-        self.buffer, self.n = buffer, envs_per_actor
-        self.learning_starts, self.batch_size = max(learning_starts, batch_size), batch_size
+        super().__init__(buffer, envs_per_actor, learning_starts, batch_size, samples_per_insert,
+                         slack, steps_per_sample=1)  # fmt: skip
         self.n_step, self.gamma = buffer.config["n_step"], buffer.gamma
-        self.samples_per_insert, self.slack = samples_per_insert, slack
-        self.lock = threading.Lock()
         self._held: dict[int, Rollout] = {}
-        self._steps, self._returns, self._lengths = 0, [], []  # type: ignore[var-annotated]
-        self.inserted, self.sampled = 0, 0
-        """Transitions put into the table, and drawn from it, so far."""
-
-    def _ahead(self) -> bool:
-        """Whether the actors are too far ahead of the learner (with `samples_per_insert`)."""
-        if self.samples_per_insert is None:
-            return False
-        allowed = self.learning_starts + self.sampled / self.samples_per_insert + self.slack
-        return self.inserted > allowed
 
     def put(self, actor: int, unroll: Rollout, stop: threading.Event) -> None:
         """Insert the actor's previous unroll with its initial priorities; hold this one. With
         `samples_per_insert`, first wait (until `stop` is set) while the actors are ahead."""
-        while self._ahead() and not stop.is_set():
-            stop.wait(0.001)
+        self._wait_and_count(unroll, stop)
         held, self._held[actor] = self._held.get(actor), unroll
-        with self.lock:
-            self._steps += unroll.env_steps
-            self._returns += unroll.returns
-            self._lengths += unroll.lengths
         if held is None:
             return
         t_len = held.actions.shape[0]
@@ -157,36 +214,27 @@ class ReplayChannel:
                 self.buffer.add(held.obs[t], held.actions[t], held.rewards[t], held.terminated[t],
                                 held.truncated[t], held.final_obs[t], priorities=td[t], envs=envs)  # fmt: skip
 
-    def take(self, check: Check) -> ReplayBatch | None:
-        """A prioritized sample, once the table holds `learning_starts` transitions (None if
-        `check()` gave up waiting)."""
-        while len(self.buffer) < self.learning_starts:
-            if check():
-                return None
-            threading.Event().wait(0.05)
-        with self.lock:
-            self.sampled += self.batch_size
-            return self.buffer.sample(self.batch_size)
 
-    def save(self, path: Path) -> None:
-        """Save the table (`ReplayBuffer.save`); the actors' held unrolls are not in it."""
-        with self.lock:
-            self.buffer.save(path)
+class SequenceChannel(_TableChannel):
+    """A prioritized table of sequences fed by actors (R2D2): `put` adds each step of the unroll
+    with the state (h, c) the policy reported for it; a batch is a sample of sequences. The rate
+    limiter counts a sampled sequence as the `seq_len - overlap` steps it adds to the table."""
 
-    def resume_from(self, path: Path) -> None:
-        """Load a saved table for a resumed run (`ReplayBuffer.resume_from`)."""
-        with self.lock:
-            self.buffer.resume_from(path)
-            self.inserted = len(self.buffer)
+    def __init__(self, buffer: SequenceReplay, envs_per_actor: int, learning_starts: int,
+                 batch_size: int, samples_per_insert: float | None = None,
+                 slack: int = 0) -> None:  # fmt: skip
+        super().__init__(buffer, envs_per_actor, learning_starts, batch_size, samples_per_insert,
+                         slack, steps_per_sample=buffer.stride)  # fmt: skip
 
-    def update_priorities(self, indices: np.ndarray, td: Any) -> None:
-        """New priorities of sampled transitions, from the learner's TD errors."""
+    def put(self, actor: int, unroll: Rollout, stop: threading.Event) -> None:
+        """Add the unroll's steps to the actor's envs' rows of the table (with
+        `samples_per_insert`, first wait while the actors are ahead)."""
+        self._wait_and_count(unroll, stop)
+        envs = np.arange(actor * self.n, (actor + 1) * self.n)
+        h, c = unroll.outputs["h"], unroll.outputs["c"]
         with self.lock:
-            self.buffer.update_priorities(indices, td)
-
-    def progress(self) -> tuple[int, list[float], list[int]]:
-        """Env steps and finished episodes (returns, lengths) put since the last call."""
-        with self.lock:
-            out = (self._steps, self._returns, self._lengths)
-            self._steps, self._returns, self._lengths = 0, [], []
-        return out
+            self.inserted += unroll.env_steps
+            for t in range(unroll.actions.shape[0]):
+                self.buffer.add(unroll.obs[t], unroll.actions[t], unroll.rewards[t],
+                                unroll.terminated[t], unroll.truncated[t], unroll.final_obs[t],
+                                (h[t], c[t]), envs=envs)  # fmt: skip
