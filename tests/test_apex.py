@@ -1,8 +1,14 @@
 """Ape-X: per-actor epsilons reach the served policy, learning CartPole with 4 actors (slow), a
-short run's folder, checkpoint (weights-only), eval and resume, and bad configs rejected."""
+short run's folder, checkpoint (weights-only), eval and resume, a killed actor process restarted,
+and bad configs rejected."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +17,7 @@ import torch
 from gymnasium import spaces
 
 import onebox.envs
-from learning import kill_and_resume, last_mean, metric
+from learning import descendants, kill_and_resume, last_mean, metric
 from onebox import cli, run
 from onebox.algos import apex
 from onebox.algos.launch import play
@@ -74,6 +80,33 @@ def test_process_actors_feed_the_replay_table(tmp_path: Path) -> None:
     state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
     assert state["global_step"] >= 4000 and state["updates"] > 0
     assert metric(tmp_path / "run", "charts/episodic_return")
+
+
+def test_killed_actor_process_is_restarted_and_the_run_finishes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "onebox", "train", "apex", "--env", "CartPole-v1",
+         "--total-steps", "12000", "--learning-starts", "1000", "--batch-size", "32",
+         "--samples-per-insert", "2", "--process-actors", "--actors", "2", "--runs-dir",
+         str(tmp_path), "--name", "run"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        # Learning has begun (a log every 100 updates); the actors are the forkserver's children.
+        while not (run_dir / "metrics.csv").exists() or not metric(run_dir, "charts/SPS"):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        actors = [p for p, d in descendants(proc.pid).items() if d == 2]
+        assert len(actors) == 2
+        os.kill(actors[0], signal.SIGKILL)
+        out = proc.communicate(timeout=180)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert metric(run_dir, "charts/actor_restarts")[-1][1] == 1
+    assert run.load_checkpoint(run_dir)["global_step"] >= 12000
 
 
 @pytest.mark.slow

@@ -105,7 +105,9 @@ def nstep_td_errors(
 class ReplayChannel:
     """A prioritized replay table fed by actors (Ape-X). `put` holds back each actor's latest
     unroll until the next one arrives, since the n-step priorities of its last steps need the
-    next unroll's rewards and Q-values (an actor's last unroll when the run ends is dropped)."""
+    next unroll's rewards and Q-values (an actor's last unroll when the run ends is dropped).
+    Where a restarted actor's envs begin new episodes, the held unroll's episodes end truncated
+    (bootstrapped from their last observations), so no n-step return joins two lives."""
 
     def __init__(self, buffer: ReplayBuffer, envs_per_actor: int, learning_starts: int,
                  batch_size: int, samples_per_insert: float | None = None,
@@ -140,6 +142,10 @@ class ReplayChannel:
         if held is None:
             return
         t_len = held.actions.shape[0]
+        # A restarted process actor's first unroll starts new episodes in envs whose episodes
+        # its dead predecessor left running: those episodes were cut after its last unroll.
+        cut = unroll.starts[0] & ~held.ends[-1]
+        held.truncated[-1] |= cut
 
         def cat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return np.concatenate([a, b[: self.n_step]])
@@ -150,6 +156,7 @@ class ReplayChannel:
             cat(held.truncated, unroll.truncated), cat(held.final["q"], unroll.final["q"]),
             t_len, self.n_step, self.gamma,
         )  # fmt: skip
+        td[t_len - self.n_step :, cut] = np.nan  # no Q at a cut's final obs: the max priority
         envs = np.arange(actor * self.n, (actor + 1) * self.n)
         with self.lock:
             self.inserted += held.num_steps
