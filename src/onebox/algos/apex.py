@@ -40,6 +40,7 @@ from torch import nn
 from onebox import run
 from onebox.algos import actor_learner, offpolicy
 from onebox.algos.common import (
+    adam,
     check_positive,
     greedy_q_policy,
     parse_env_options,
@@ -213,7 +214,7 @@ class Learner:
         self.config, self.device, self.channel = config, device, channel
         self.net = QNetwork(obs_space, act_space, config.hidden, dueling=True).to(device)
         self.target = copy.deepcopy(self.net).requires_grad_(False)
-        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate or 0.0)
+        self.opt = adam(self.net.parameters(), config.learning_rate or 0.0, device)
         eps = actor_epsilons(config.actors or 1, config.eps_base, config.eps_alpha)
         self.epsilons = torch.as_tensor(eps, dtype=torch.float32, device=device)
         self.outputs = {"q": ((self.net.num_actions,), np.float32)}
