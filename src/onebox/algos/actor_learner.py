@@ -87,6 +87,8 @@ class Setup:
     replay: ReplayChannel | None = None
     """The channel, when it is a replay table: saved beside each checkpoint with the config's
     `save_replay`, else refilled on resume."""
+    note: str | None = None
+    """A line for the user at the start of the run (its log.txt keeps it)."""
 
 
 def train(
@@ -145,6 +147,8 @@ def train(
 
     logger = run.Logger(run_dir, start_step=global_step, elapsed=elapsed, track=config.track,
                         project=config.wandb_project, config=config)  # fmt: skip
+    if parts.note is not None:
+        logger.note(global_step, parts.note)
     if refilled:
         offpolicy.note_refill(logger, global_step, config)
     checkpointer = run.Checkpointer(run_dir, config.checkpoint_minutes)

@@ -303,6 +303,20 @@ def setup(
         replay=channel,
         total_steps=config.total_steps or 0,
         log_every=100,
+        note=rate_note(config),
+    )
+
+
+def rate_note(config: Config) -> str:
+    """What the run's rate limit does, for its log."""
+    spi = config.samples_per_insert
+    if not spi:
+        return "actors run free (--samples-per-insert 0): nothing holds them to the learner's pace"
+    return (
+        f"actors are rate-limited (--samples-per-insert {spi:g}): they wait while the "
+        f"transitions they inserted exceed those the learner sampled / {spi:g}, plus "
+        f"learning_starts and one unroll per actor, so that they leave the learner its share "
+        "of the cores; --samples-per-insert 0 lets them run free"
     )
 
 
