@@ -136,6 +136,8 @@ def test_four_actors_learn_cartpole(tmp_path: Path) -> None:
         (["--unroll", "2"], "must be at least --n-step"),
         (["--learning-starts", "200000"], "--learning-starts must be in"),
         (["--samples-per-insert", "-1"], "--samples-per-insert must be >= 0"),
+        (["--eps-base", "0"], "--eps-base must be positive"),
+        (["--eps-base", "1.5"], "--eps-base must be in (0, 1]"),
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message) -> None:

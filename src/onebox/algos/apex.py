@@ -55,12 +55,12 @@ from onebox.sampling.inference import InferenceServer
 
 PRESETS: dict[str, dict[str, Any]] = {
     "classic": dict(
-        total_steps=150_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=5e-4,
+        total_steps=150_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=5e-4, eps_base=0.1,
         buffer_size=50_000, batch_size=64, learning_starts=2_000, target_update=500,
         max_grad_norm=10.0, samples_per_insert=16.0,
     ),
     "atari": dict(
-        total_steps=50_000_000, actors=8, envs_per_actor=16, unroll=16,
+        total_steps=50_000_000, actors=8, envs_per_actor=16, unroll=16, eps_base=0.4,
         learning_rate=0.00025 / 4, buffer_size=2_000_000, batch_size=512,
         learning_starts=50_000, target_update=2_500, max_grad_norm=40.0, samples_per_insert=0.0,
     ),
@@ -93,8 +93,9 @@ class Config:
     """Envs in each actor's pool (preset: 4 classic, 16 Atari)."""
     unroll: int | None = None
     """Steps per unroll an actor hands to the replay table (preset: 16); at least n_step."""
-    eps_base: float = 0.4
-    """Actor i of N explores with epsilon eps_base ** (1 + eps_alpha * i / (N - 1))."""
+    eps_base: float | None = None
+    """Actor i of N explores with epsilon eps_base ** (1 + eps_alpha * i / (N - 1)) (preset:
+    Ape-X's 0.4 Atari, 0.1 classic)."""
     eps_alpha: float = 7.0
     """See eps_base."""
     learning_rate: float | None = None
@@ -191,7 +192,7 @@ def resolve(config: Config) -> Config:
         raise ValueError(
             f"--envs-per-actor ({config.envs_per_actor}) must be <= --max-batch ({config.max_batch})"
         )
-    if config.eps_base > 1 or config.eps_alpha < 0:
+    if config.eps_base > 1 or config.eps_alpha < 0:  # type: ignore[operator]
         raise ValueError("--eps-base must be in (0, 1] and --eps-alpha >= 0")
     if config.priority_alpha < 0 or not 0 <= config.priority_beta <= 1:
         raise ValueError("--priority-alpha must be >= 0 and --priority-beta in [0, 1]")
@@ -215,6 +216,7 @@ class Learner:
         self.net = QNetwork(obs_space, act_space, config.hidden, dueling=True).to(device)
         self.target = copy.deepcopy(self.net).requires_grad_(False)
         self.opt = adam(self.net.parameters(), config.learning_rate or 0.0, device)
+        assert config.eps_base is not None, "resolve() the config first"
         eps = actor_epsilons(config.actors or 1, config.eps_base, config.eps_alpha)
         self.epsilons = torch.as_tensor(eps, dtype=torch.float32, device=device)
         self.outputs = {"q": ((self.net.num_actions,), np.float32)}
