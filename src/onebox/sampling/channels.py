@@ -117,6 +117,8 @@ class ReplayChannel:
         self.n_step, self.gamma = buffer.config["n_step"], buffer.gamma
         self.samples_per_insert, self.slack = samples_per_insert, slack
         self.lock = threading.Lock()
+        self._room = threading.Condition(self.lock)
+        """Notified when the learner's samples let waiting actors insert again."""
         self._held: dict[int, Unroll] = {}
         self._steps, self._returns, self._lengths = 0, [], []  # type: ignore[var-annotated]
         self.inserted, self.sampled = 0, 0
@@ -132,8 +134,9 @@ class ReplayChannel:
     def put(self, actor: int, unroll: Unroll, stop: threading.Event) -> None:
         """Insert the actor's previous unroll with its initial priorities; hold this one. With
         `samples_per_insert`, first wait (until `stop` is set) while the actors are ahead."""
-        while self._ahead() and not stop.is_set():
-            stop.wait(0.001)
+        with self._room:  # sleep until a sample makes room (no polling: the learner's cores)
+            while self._ahead() and not stop.is_set():
+                self._room.wait(0.05)
         held, self._held[actor] = self._held.get(actor), unroll
         with self.lock:
             self._steps += unroll.num_steps
@@ -173,6 +176,8 @@ class ReplayChannel:
             threading.Event().wait(0.05)
         with self.lock:
             self.sampled += self.batch_size
+            if self.samples_per_insert is not None and not self._ahead():
+                self._room.notify_all()
             return self.buffer.sample(self.batch_size)
 
     def save(self, path: Path) -> None:
