@@ -1,9 +1,10 @@
 """Helpers for the learners' end-to-end tests: reading a run's metrics, and a run killed by
-SIGKILL after its first checkpoint, then resumed."""
+SIGKILL after its first checkpoint, then resumed; the processes a run started."""
 
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 import time
@@ -50,3 +51,24 @@ def kill_and_resume(tmp_path: Path, *args: str) -> tuple[Path, int]:
     assert cli.main(["train", "--resume", str(run_dir)]) == 0
     assert (run_dir / "config.json").read_text() == config_before
     return run_dir, saved_step
+
+
+def descendants(pid: int) -> dict[int, int]:
+    """pid -> depth of every live descendant process of `pid` (Linux /proc)."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    depth, frontier = {}, [(pid, 0)]
+    while frontier:
+        p, d = frontier.pop()
+        for child, ppid in parent.items():
+            if ppid == p:
+                depth[child] = d + 1
+                frontier.append((child, d + 1))
+    return depth

@@ -83,3 +83,26 @@ def test_adding_each_actors_rows_equals_adding_whole_steps() -> None:
     a, b = whole.get(whole.live_indices()), parts.get(parts.live_indices())
     for field in ("obs", "actions", "returns", "next_obs", "discounts"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+def test_a_restarted_actors_new_episodes_cut_the_held_ones() -> None:
+    gamma, n_step, t_len = 0.5, 3, 4
+    buffer = ReplayBuffer(64, (1,), np.float32, (), np.int64, 2, n_step=n_step, gamma=gamma,
+                          prioritized=True)  # fmt: skip
+    channel = ReplayChannel(buffer, envs_per_actor=2, learning_starts=1, batch_size=1)
+    stop, no_ends = threading.Event(), np.zeros((t_len, 2), np.bool_)
+    rewards = np.ones((t_len, 2), np.float32)
+    obs = (np.arange(t_len)[:, None] + np.array([0.0, 0.5])).astype(np.float32)
+    channel.put(0, unroll(obs, rewards, no_ends), stop)
+    after = unroll(obs + t_len, rewards, no_ends)
+    after.starts[0] = [True, False]  # env 0 begins a new life; env 1 goes on
+    channel.put(0, after, stop)
+    channel.put(0, unroll(obs + 2 * t_len, rewards, no_ends), stop)
+    batch = buffer.get(buffer.live_indices())
+    env0 = batch.obs[:, 0] % 1 == 0
+    # env 0's first life ends at the cut (next obs 4), truncated: no return reaches past it
+    life = env0 & (batch.obs[:, 0] < t_len)
+    assert batch.next_obs[life, 0].tolist() == [3.0, 4.0, 4.0, 4.0]
+    assert batch.discounts[life].tolist() == [gamma**3, gamma**3, gamma**2, gamma]
+    # env 1's episode goes on through the unroll boundary
+    assert batch.next_obs[~env0 & (batch.obs[:, 0] == 3.5), 0].tolist() == [6.5]

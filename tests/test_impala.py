@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from learning import descendants
 from onebox import cli, run
 
 
@@ -102,27 +103,6 @@ def test_killed_run_resumes_its_counters(tmp_path: Path) -> None:
     assert state["global_step"] == 40000 and state["updates"] == 500  # 40000 / 80 updates
     steps = [s for s, _ in metric(run_dir, "charts/SPS")]
     assert steps == list(range(80, 40001, 80))  # each update logged once, none lost
-
-
-def descendants(pid: int) -> dict[int, int]:
-    """pid -> depth of every live descendant process of `pid` (Linux /proc)."""
-    parent = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    depth, frontier = {}, [(pid, 0)]
-    while frontier:
-        p, d = frontier.pop()
-        for child, ppid in parent.items():
-            if ppid == p:
-                depth[child] = d + 1
-                frontier.append((child, d + 1))
-    return depth
 
 
 def test_killed_actor_process_is_restarted_and_training_goes_on(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@
     onebox bench evolve         population-evaluation frames/s
     onebox bench inference      inference server requests/s and latency
     onebox bench replay         prioritized replay against cpprb, Atari memory per transition
+    onebox bench dqn            DQN steps/s against CleanRL's dqn_atari.py
+    onebox bench apex           Ape-X learner updates/s alone and beside its actors
 
 Commands form a tree: a `Group` (`bench`) holds commands, a `Command` (`envs`) is a leaf with a
 config dataclass, parsed by tyro (one docstring per field becomes its `--help`), and a function
@@ -166,7 +168,7 @@ COMMANDS: dict[str, Command | Group] = {
     ),
     "bench": Group(
         "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `train`, `evolve`, "
-        "`inference`, `replay`.",
+        "`inference`, `replay`, `dqn`, `apex`.",
         {
             "envs": Command(
                 "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
@@ -192,6 +194,16 @@ COMMANDS: dict[str, Command | Group] = {
                 "Prioritized replay insert and sample+update rates against cpprb; Atari memory.",
                 config="onebox.bench.replay:ReplayBenchConfig",
                 run="onebox.bench.replay:run",
+            ),
+            "dqn": Command(
+                "DQN's learning-phase env steps/s against CleanRL's dqn_atari.py.",
+                config="onebox.bench.dqn:DqnBenchConfig",
+                run="onebox.bench.dqn:run",
+            ),
+            "apex": Command(
+                "Ape-X learner updates/s alone and with 1, 2, 4 actors beside it.",
+                config="onebox.bench.apex:ApexBenchConfig",
+                run="onebox.bench.apex:run",
             ),
         },
     ),

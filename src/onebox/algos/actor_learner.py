@@ -83,6 +83,8 @@ class Setup:
     replay: ReplayChannel | None = None
     """The channel, when it is a replay table: saved beside each checkpoint with the config's
     `save_replay`, else refilled on resume."""
+    note: str | None = None
+    """A line for the user at the start of the run (its log.txt keeps it)."""
 
 
 def train(
@@ -124,6 +126,8 @@ def train(
         return {**learner.state_dict(), "updates": updates}
 
     with session.start(checkpoint, total=parts.total_steps):
+        if parts.note is not None:
+            session.logger.note(global_step, parts.note)
         if refilled:
             offpolicy.note_refill(session.logger, global_step, config)
         # A batch is full once every actor has asked: no actor then waits out the timeout.

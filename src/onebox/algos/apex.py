@@ -40,6 +40,7 @@ from torch import nn
 from onebox import run
 from onebox.algos import actor_learner, offpolicy
 from onebox.algos.common import (
+    adam,
     check_positive,
     greedy_q_policy,
     parse_env_options,
@@ -61,19 +62,20 @@ class Config(TorchConfig):
 
     preset: Literal["auto", "classic", "atari"] = "auto"
     total_steps: int | None = None
-    """Env steps to train for, all actors together (preset: 150k classic, 50M Atari)."""
+    """Env steps to train for, all actors together (preset: 200k classic, 50M Atari)."""
     actors: int | None = None
     """Actors, each owning an env pool and its own epsilon (preset: 4 classic, 8 Atari)."""
     envs_per_actor: int | None = None
     """Envs in each actor's pool (preset: 4 classic, 16 Atari)."""
     unroll: int | None = None
     """Steps per unroll an actor hands to the replay table (preset: 16); at least n_step."""
-    eps_base: float = 0.4
-    """Actor i of N explores with epsilon eps_base ** (1 + eps_alpha * i / (N - 1))."""
+    eps_base: float | None = None
+    """Actor i of N explores with epsilon eps_base ** (1 + eps_alpha * i / (N - 1)) (preset:
+    Ape-X's 0.4 Atari, 0.1 classic)."""
     eps_alpha: float = 7.0
     """See eps_base."""
     learning_rate: float | None = None
-    """Adam learning rate (preset: 5e-4 classic, 0.00025 / 4 Atari)."""
+    """Adam learning rate (preset: 2.5e-4 classic, 0.00025 / 4 Atari)."""
     gamma: float = 0.99
     """Discount factor."""
     n_step: int = 3
@@ -85,7 +87,7 @@ class Config(TorchConfig):
     learning_starts: int | None = None
     """Transitions in the table before the first update (preset: 2k classic, 50k Atari)."""
     target_update: int | None = None
-    """Learner updates between target network copies (preset: 500 classic, 2,500 Atari)."""
+    """Learner updates between target network copies (preset: 250 classic, 2,500 Atari)."""
     samples_per_insert: float | None = None
     """Rate limit: actors wait while the transitions they inserted exceed those the learner
     sampled divided by this (plus one unroll per actor); 0 = no limit, the actors run free as
@@ -122,24 +124,31 @@ class Config(TorchConfig):
 
 PRESETS = Presets(Config, {
     "classic": dict(
-        total_steps=150_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=5e-4,
-        buffer_size=50_000, batch_size=64, learning_starts=2_000, target_update=500,
-        max_grad_norm=10.0, samples_per_insert=16.0,
+        total_steps=200_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=2.5e-4,
+        eps_base=0.1, buffer_size=50_000, batch_size=64, learning_starts=2_000,
+        target_update=250, max_grad_norm=10.0, samples_per_insert=16.0,
     ),
     "atari": dict(
-        total_steps=50_000_000, actors=8, envs_per_actor=16, unroll=16,
+        total_steps=50_000_000, actors=8, envs_per_actor=16, unroll=16, eps_base=0.4,
         learning_rate=0.00025 / 4, buffer_size=2_000_000, batch_size=512,
         learning_starts=50_000, target_update=2_500, max_grad_norm=40.0, samples_per_insert=0.0,
     ),
 })  # fmt: skip
-"""Per env family: Ape-X's published Atari settings (replay of 2M transitions, batch 512, Adam
-0.00025/4, target update every 2,500 learner steps, gradient clip 40; priority exponent 0.6 and
-importance-sampling exponent 0.4 and 3-step returns are the Config defaults), with 8 actors of
-16 envs in place of 360 single-env actors. For classic control a small table and batch, and
-actors held to 16 sampled transitions per inserted one: on CartPole-v1 (4 actors, 150k steps)
-the greedy policy played 500 in every evaluation episode for seeds 1 (20 episodes) and 3 (10),
-while the last 20 training episodes, actor 0's exploring with epsilon 0.4 among them, averaged
-374 and 410 (target updates every 250 updates over 100k steps: seed 3's greedy policy 275)."""
+"""Per env family: Ape-X's published Atari settings (epsilons 0.4 ** (1 + 7 i / (N - 1)),
+replay of 2M transitions, batch 512, Adam 0.00025/4, target update every 2,500 learner steps,
+gradient clip 40; priority exponent 0.6 and importance-sampling exponent 0.4 and 3-step returns
+are the Config defaults), with 8 actors of 16 envs in place of 360 single-env actors.
+
+For classic control a small table and batch, actors held to 16 sampled transitions per inserted
+one, and eps_base 0.1: with 4 actors, actor 0 takes a quarter of the steps, and with Ape-X's 0.4
+its episodes are short (a policy that played 495 greedily averaged 223 with epsilon 0.4, 458
+with 0.2, 482 with 0.1), so they are over 40% of the training episodes and held the mean of the
+last 20 to 374-410 on CartPole-v1. (With 360 actors only 11% explore with epsilon above 0.2.)
+The training episodes reported are all actors', actor 0's included. With eps_base 0.1, runs that
+had played 500 for tens of thousands of steps could collapse (DQN's forgetting once the table
+holds only long episodes): Adam 5e-4 and 150k steps ended at 176-500 over seeds 1-4; Adam 2.5e-4,
+target copies every 250 updates and 200k steps, this preset, ended with last-20 means of 487,
+478 and 500 for seeds 1-3 (two dipped to about 300 near 150k steps and recovered)."""
 
 
 def resolve(config: Config) -> Config:
@@ -170,7 +179,7 @@ def resolve(config: Config) -> Config:
         raise ValueError(
             f"--envs-per-actor ({config.envs_per_actor}) must be <= --max-batch ({config.max_batch})"
         )
-    if config.eps_base > 1 or config.eps_alpha < 0:
+    if config.eps_base > 1 or config.eps_alpha < 0:  # type: ignore[operator]
         raise ValueError("--eps-base must be in (0, 1] and --eps-alpha >= 0")
     if config.priority_alpha < 0 or not 0 <= config.priority_beta <= 1:
         raise ValueError("--priority-alpha must be >= 0 and --priority-beta in [0, 1]")
@@ -193,7 +202,8 @@ class Learner:
         self.config, self.device, self.channel = config, device, channel
         self.net = QNetwork(obs_space, act_space, config.hidden, dueling=True).to(device)
         self.target = copy.deepcopy(self.net).requires_grad_(False)
-        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate or 0.0)
+        self.opt = adam(self.net.parameters(), config.learning_rate or 0.0, device)
+        assert config.eps_base is not None, "resolve() the config first"
         eps = actor_epsilons(config.actors or 1, config.eps_base, config.eps_alpha)
         self.epsilons = torch.as_tensor(eps, dtype=torch.float32, device=device)
         self.outputs = {"q": ((self.net.num_actions,), np.float32)}
@@ -282,6 +292,20 @@ def setup(
         replay=channel,
         total_steps=config.total_steps or 0,
         log_every=100,
+        note=rate_note(config),
+    )
+
+
+def rate_note(config: Config) -> str:
+    """What the run's rate limit does, for its log."""
+    spi = config.samples_per_insert
+    if not spi:
+        return "actors run free (--samples-per-insert 0): nothing holds them to the learner's pace"
+    return (
+        f"actors are rate-limited (--samples-per-insert {spi:g}): they wait while the "
+        f"transitions they inserted exceed those the learner sampled / {spi:g}, plus "
+        f"learning_starts and one unroll per actor, so that they leave the learner its share "
+        "of the cores; --samples-per-insert 0 lets them run free"
     )
 
 

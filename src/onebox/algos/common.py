@@ -153,6 +153,13 @@ def resolve_env(config: Any, presets: Presets, check_spaces: SpaceCheck) -> Any:
     return config
 
 
+def adam(params: Any, lr: float, device: torch.device, **kwargs: Any) -> torch.optim.Adam:
+    """Adam, with torch's fused kernel on CPU and CUDA: one pass over all parameters per step
+    instead of about ten tensor ops per parameter (the same update up to float rounding)."""
+    fused = True if device.type in ("cpu", "cuda") else None
+    return torch.optim.Adam(params, lr=lr, fused=fused, **kwargs)
+
+
 def greedy_q_policy(
     q: Callable[[torch.Tensor], torch.Tensor], device: torch.device | str
 ) -> Policy:

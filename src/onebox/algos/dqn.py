@@ -36,7 +36,7 @@ from torch import nn
 
 from onebox import run
 from onebox.algos import offpolicy
-from onebox.algos.common import check_positive, greedy_q_policy, resolve_env
+from onebox.algos.common import adam, check_positive, greedy_q_policy, resolve_env
 from onebox.nn.networks import EpsilonGreedy, QNetwork
 from onebox.replay import ReplayBatch
 from onebox.run import load_config
@@ -177,13 +177,22 @@ class Agent:
         self.policy = EpsilonGreedy(q, config.start_e, config.end_e, duration).to(device)
         self.q = self.policy.q
         self.target = copy.deepcopy(self.q).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=config.learning_rate)
+        self.optimizer = adam(self.q.parameters(), config.learning_rate or 0.0, device)
         self.target_step = 0
         """The env step of the last target network update."""
 
     def act(self, obs: np.ndarray, step: int) -> np.ndarray:
-        action, _, _ = self.policy.act(torch.as_tensor(obs, device=self.device))
-        return action.cpu().numpy()
+        """Epsilon-greedy actions; the Q-network runs only if some env acts greedily (one env
+        early in the schedule mostly explores, and a forward pass costs more than a step)."""
+        n, epsilon = len(obs), self.policy.epsilon
+        self.policy.steps += n
+        explore = np.random.random(n) < epsilon
+        actions = np.random.randint(self.q.num_actions, size=n)
+        if explore.all():
+            return actions
+        with torch.inference_mode():
+            greedy = self.q(torch.as_tensor(obs, device=self.device)).argmax(-1).cpu().numpy()
+        return np.where(explore, actions, greedy)
 
     def update(self, batch: ReplayBatch, step: int) -> tuple[dict[str, float], torch.Tensor | None]:
         c = self.config

@@ -117,25 +117,29 @@ class _TableChannel:
         self.samples_per_insert, self.slack = samples_per_insert, slack
         self.steps_per_sample = steps_per_sample
         self.lock = threading.Lock()
+        self._room = threading.Condition(self.lock)
+        """Notified when the learner's samples let waiting actors insert again."""
         self._steps, self._returns, self._lengths = 0, [], []  # type: ignore[var-annotated]
         self.inserted, self.sampled = 0, 0
         """Env steps put into the table, and drawn from it (samples x `steps_per_sample`)."""
         self.started: int | None = None
         """`inserted` when the learner took its first batch (None before)."""
 
+    def _ahead(self) -> bool:
+        """Whether the actors are too far ahead of the learner: with `samples_per_insert`, once
+        the learner has started, more steps inserted than its samples allow."""
+        if self.samples_per_insert is None or self.started is None:
+            return False
+        allowed = self.started + self.sampled / self.samples_per_insert + self.slack
+        return self.inserted > allowed
+
     def _wait_and_count(self, unroll: Rollout, stop: threading.Event) -> None:
         """With `samples_per_insert`, wait (until `stop` is set) while the actors are too far
         ahead of the learner (which they never are before it starts); then count the unroll's
         steps and episodes as arrived."""
-        if self.samples_per_insert is not None:
-            limit = self.samples_per_insert
-            while (
-                not stop.is_set()
-                and self.started is not None
-                and (self.inserted > self.started + self.sampled / limit + self.slack)
-            ):
-                stop.wait(0.001)
-        with self.lock:
+        with self._room:  # sleep until a sample makes room (no polling: the learner's cores)
+            while self._ahead() and not stop.is_set():
+                self._room.wait(0.05)
             self._steps += unroll.env_steps
             self._returns += unroll.returns
             self._lengths += unroll.lengths
@@ -150,6 +154,8 @@ class _TableChannel:
         with self.lock:
             self.started = self.inserted if self.started is None else self.started
             self.sampled += self.batch_size * self.steps_per_sample
+            if not self._ahead():
+                self._room.notify_all()
             return self.buffer.sample(self.batch_size)
 
     def save(self, path: Path) -> None:
@@ -179,7 +185,9 @@ class _TableChannel:
 class ReplayChannel(_TableChannel):
     """A prioritized replay table fed by actors (Ape-X). `put` holds back each actor's latest
     unroll until the next one arrives, since the n-step priorities of its last steps need the
-    next unroll's rewards and Q-values (an actor's last unroll when the run ends is dropped)."""
+    next unroll's rewards and Q-values (an actor's last unroll when the run ends is dropped).
+    Where a restarted actor's envs begin new episodes, the held unroll's episodes end truncated
+    (bootstrapped from their last observations), so no n-step return joins two lives."""
 
     def __init__(self, buffer: ReplayBuffer, envs_per_actor: int, learning_starts: int,
                  batch_size: int, samples_per_insert: float | None = None,
@@ -197,6 +205,10 @@ class ReplayChannel(_TableChannel):
         if held is None:
             return
         t_len = held.actions.shape[0]
+        # A restarted process actor's first unroll starts new episodes in envs whose episodes
+        # its dead predecessor left running: those episodes were cut after its last unroll.
+        cut = unroll.starts[0] & ~held.ends[-1]
+        held.truncated[-1] |= cut
 
         def cat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return np.concatenate([a, b[: self.n_step]])
@@ -207,6 +219,7 @@ class ReplayChannel(_TableChannel):
             cat(held.truncated, unroll.truncated), cat(held.final["q"], unroll.final["q"]),
             t_len, self.n_step, self.gamma,
         )  # fmt: skip
+        td[t_len - self.n_step :, cut] = np.nan  # no Q at a cut's final obs: the max priority
         envs = np.arange(actor * self.n, (actor + 1) * self.n)
         with self.lock:
             self.inserted += held.env_steps
