@@ -17,9 +17,9 @@ from onebox import cli, run
 from onebox.algos import r2d2
 from onebox.replay import SequenceBatch
 from onebox.sampling.actors import ThreadActor
-from onebox.sampling.rollout import Rollout
 from onebox.sampling.channels import SequenceChannel
 from onebox.sampling.inference import InferenceServer
+from onebox.sampling.rollout import Rollout
 
 
 def test_value_rescaling_by_hand_and_inverse() -> None:
