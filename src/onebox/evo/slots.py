@@ -1,0 +1,300 @@
+"""Continuous batching of a population's episodes: K network slots over the async env engine.
+
+How it runs:
+- The K slots are split into two groups, each with its own env pool. While one group's envs step
+  on the engine's threads, the other group's networks run, so simulation and inference overlap.
+- Each slot plays one episode of one individual. Each step only the running slots' networks are
+  computed: running slots are kept a prefix of the group's slots, so the networks read the stacked
+  parameters in place. When an episode ends its slot is refilled at once with the next
+  (individual, episode) pair from the queue (the individual's parameters are copied into the slot);
+  with the queue empty, the last running slot moves into the hole.
+- Determinism: pair j (individual-major order) always plays in an env reset with seed
+  `seed + j`, whatever K, the thread count or the timing.
+
+The envs are driven in one of two ways, by backend:
+- Rounds (the native engine and the process backend, whose envs may wait received-but-unsent
+  while others run). These cannot reseed one env while others run, so each group's pool holds one
+  env per queued pair, with `batch_size` the group's slot count: a round resets the pool with the
+  pairs' seeds (`async_reset(seeds)`), collects every first observation, then plays the pairs
+  through the group's slots. A group with more pairs than envs (`max_envs`) plays several rounds.
+  Envs with no pair left keep a group's batch full near the end of a round: they are stepped with
+  a zero action and their results are ignored (the engine's `recv` always returns `batch_size`).
+- Resets (Atari: ALE's engine steps only the envs of the last `recv`, all of them, so no env can
+  wait unsent). Each group's pool is synchronous with one env per slot, and every step sends all
+  its envs: the running ones their networks' actions, the idle ones (no pair left) a no-op whose
+  results are ignored. A pair starts in a free env with a seeded reset of that env alone
+  (`AtariEnvPool.reset_envs`), for which ALE reloads the ROM (about 0.1 s of
+  CPU per episode: the price of fitnesses that do not depend on K). A reset blocks its group's
+  pool, so each group runs in its own thread (ALE and torch release the GIL) and one group's
+  resets overlap the other's steps and inference.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from onebox.nn.population import PopulationNet
+from onebox.run import TimeSplit
+
+
+class SlotGroup:
+    """One slot group: a contiguous range of network slots and the engine pool behind them."""
+
+    def __init__(self, pool: Any, lo: int, size: int, obs_shape: tuple[int, ...]) -> None:
+        self.pool, self.lo, self.size = pool, lo, size
+        self.num_envs = pool.num_envs
+        dtype = pool.single_observation_space.dtype
+        self.obs = np.zeros((size, *obs_shape), dtype=dtype)
+        self.first_obs = np.zeros((self.num_envs, *obs_shape), dtype=dtype)
+        self.slot_pair = np.full(size, -1, dtype=np.int64)
+        self.slot_env = np.full(size, -1, dtype=np.int64)
+        self.env_slot = np.full(self.num_envs, -1, dtype=np.int64)
+        self.ret = np.zeros(size, dtype=np.float64)
+        self.len = np.zeros(size, dtype=np.int64)
+        self.pairs = np.zeros(0, dtype=np.int64)  # this group's pairs, in order
+        self.round_start = 0  # index in `pairs` of the current round's first pair
+        self.next = 0  # index in `pairs` of the next pair to start
+        self.running = 0  # slots [0, running) play episodes; the rest are free
+        self.idle: list[int] = []  # resets: envs without a pair, for the next pairs
+        self.timing = TimeSplit()  # this group's env and inference seconds (it may run in a thread)
+
+
+class SlotPlayer:
+    """One `evaluate` call's (individual, episode) pairs played through the slot groups: each
+    pair's return, length and (with `sums`) observation sums are written at its index.
+
+    Args:
+        net: the K-slot population network.
+        resets: drive the pools by resets (Atari) rather than rounds.
+        seed: pair j plays in an env reset with seed `seed + j`.
+        params: individual indices -> their flat parameter rows.
+        owner: (pairs,) the individual of each pair.
+        returns, lengths: (pairs,) arrays to fill.
+        sums: (pairs, 2, obs dim) observation sums and sums of squares to add to, or None.
+    """
+
+    def __init__(
+        self,
+        net: PopulationNet,
+        resets: bool,
+        seed: int,
+        params: Callable[[np.ndarray], torch.Tensor],
+        owner: np.ndarray,
+        returns: np.ndarray,
+        lengths: np.ndarray,
+        sums: np.ndarray | None,
+    ) -> None:
+        self.net, self._resets, self._seed = net, resets, seed
+        self._params, self._owner = params, owner
+        self._returns, self._lengths, self._sums = returns, lengths, sums
+
+    def play(self, groups: list[SlotGroup]) -> None:
+        """Play every pair (group k takes pairs k, k + len(groups), ...)."""
+        num_pairs = self._owner.size
+        for k, g in enumerate(groups):
+            g.pairs = np.arange(k, num_pairs, len(groups), dtype=np.int64)
+            g.round_start = g.next = 0
+        if self._resets:
+            self._play_threads(groups)
+            return
+        running = [g for g in groups if self._start_round(g)]
+        while running:
+            running = [g for g in running if self._step(g)]
+
+    # ---- rounds (native and process pools) ----------------------------------------------------
+
+    def _start_round(self, g: SlotGroup) -> bool:
+        """Reset g's pool with the next round's seeds and start its slots; False if none left."""
+        g.round_start = g.next
+        chunk = g.pairs[g.round_start : g.round_start + g.num_envs]
+        if chunk.size == 0:
+            return False
+        seeds = np.full(g.num_envs, self._seed, dtype=np.uint64)
+        seeds[: chunk.size] += chunk.astype(np.uint64)
+        with g.timing("env"):
+            g.pool.async_reset(seeds.tolist())
+            for _ in range(g.num_envs // g.size):
+                obs, *_, info = g.pool.recv()
+                g.first_obs[info["env_id"]] = obs
+        g.slot_pair[:] = -1
+        g.slot_env[:] = -1
+        g.env_slot[:] = -1
+        g.running = g.size
+        self._refill(g, np.arange(g.size))
+        spare = np.arange(chunk.size, g.num_envs, dtype=np.int64)  # envs with no pair this round
+        self._dispatch(g, spare)
+        return True
+
+    def _step(self, g: SlotGroup) -> bool:
+        """Receive g's batch, finish and refill episodes, send the next actions; False when done."""
+        with g.timing("env"):
+            obs, rew, term, trunc, info = g.pool.recv()
+        ids = info["env_id"]
+        cont = self._collect(g, obs, rew, term, trunc, ids)
+        keep = np.ones(len(ids), dtype=bool)
+        keep[cont] = False
+        if self._dispatch(g, ids[keep].astype(np.int64)):
+            return True
+        return self._start_round(g)
+
+    # ---- resets (Atari pools) -----------------------------------------------------------------
+
+    def _play_threads(self, groups: list[SlotGroup]) -> None:
+        """Play every group's pairs, each group in its own thread; re-raise the first error."""
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def play(g: SlotGroup) -> None:
+            try:
+                self._play(g, stop)
+            except BaseException as e:
+                errors.append(e)
+                stop.set()
+
+        threads = [
+            threading.Thread(target=play, args=(g,), name=f"onebox-evaluator-{k}", daemon=True)
+            for k, g in enumerate(groups)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                t.join()
+        finally:
+            stop.set()  # after Ctrl-C here, the groups stop at their next step
+            for t in threads:
+                t.join()
+        if errors:
+            raise errors[0]
+
+    def _play(self, g: SlotGroup, stop: threading.Event) -> None:
+        """Play g's pairs through its synchronous pool until none is left (or `stop`)."""
+        g.slot_pair[:] = -1
+        g.slot_env[:] = -1
+        g.env_slot[:] = -1
+        g.idle = list(range(g.num_envs - 1, -1, -1))  # popped from the end: env 0 first
+        g.running = g.size
+        self._refill(g, np.arange(g.size))
+        while not stop.is_set() and self._dispatch(g, None):
+            with g.timing("env"):
+                obs, rew, term, trunc, info = g.pool.recv()
+            self._collect(g, obs, rew, term, trunc, info["env_id"])
+
+    def _reset_envs(self, g: SlotGroup, envs: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+        """Seeded reset of g's `envs` for `pairs` (the others untouched); first observations."""
+        with g.timing("env"):
+            obs, _ = g.pool.reset_envs(envs, [self._seed + int(j) for j in pairs])
+        return obs
+
+    # ---- both ---------------------------------------------------------------------------------
+
+    def _collect(
+        self,
+        g: SlotGroup,
+        obs: np.ndarray,
+        rew: np.ndarray,
+        term: np.ndarray,
+        trunc: np.ndarray,
+        ids: np.ndarray,
+    ) -> np.ndarray:
+        """Add a received batch to its slots' episodes, record and refill the ended ones; return
+        the batch rows whose episodes go on. Rows of envs without a slot are ignored."""
+        slot = g.env_slot[ids]
+        rows = np.flatnonzero(slot >= 0)
+        s = slot[rows]
+        g.ret[s] += rew[rows]
+        g.len[s] += 1
+        ended = term[rows] | trunc[rows]
+        cont, fin = rows[~ended], s[ended]
+        g.obs[slot[cont]] = obs[cont]
+        if fin.size:
+            pairs = g.slot_pair[fin]
+            self._returns[pairs] = g.ret[fin]
+            self._lengths[pairs] = g.len[fin]
+            envs = g.slot_env[fin]
+            g.env_slot[envs] = -1
+            g.slot_pair[fin] = -1
+            g.slot_env[fin] = -1
+            if self._resets:
+                g.idle.extend(envs.tolist())
+            self._refill(g, np.sort(fin))
+        return cont
+
+    def _refill(self, g: SlotGroup, free: np.ndarray) -> None:
+        """Start the next queued pairs in the free slots `free`; keep the running slots a prefix."""
+        end = g.pairs.size if self._resets else min(g.round_start + g.num_envs, g.pairs.size)
+        take = min(free.size, end - g.next)
+        if take:
+            new = free[:take]
+            pairs = g.pairs[g.next : g.next + take]
+            if self._resets:
+                envs = np.array([g.idle.pop() for _ in range(take)], dtype=np.int64)
+                g.obs[new] = self._reset_envs(g, envs, pairs)
+            else:
+                envs = np.arange(g.next - g.round_start, g.next - g.round_start + take)
+                g.obs[new] = g.first_obs[envs]
+            g.next += take
+            g.slot_pair[new] = pairs
+            g.slot_env[new] = envs
+            g.env_slot[envs] = new
+            g.ret[new] = 0.0
+            g.len[new] = 0
+            with g.timing("inference"):
+                self.net.set_slots(torch.from_numpy(new + g.lo), self._params(self._owner[pairs]))
+        holes = free[take:]
+        if holes.size == 0:
+            return
+        # Move the last running slots into the holes below the new end of the running prefix.
+        end = g.running - holes.size
+        dst = holes[holes < end]
+        tail = np.arange(end, g.running)
+        src = tail[g.slot_pair[tail] >= 0]
+        g.running = end
+        if dst.size == 0:
+            return
+        for a in (g.slot_pair, g.slot_env, g.ret, g.len, g.obs):
+            a[dst] = a[src]
+        g.slot_pair[src] = -1
+        g.slot_env[src] = -1
+        g.env_slot[g.slot_env[dst]] = dst
+        with g.timing("inference"):
+            self.net.move_slots(torch.from_numpy(dst + g.lo), torch.from_numpy(src + g.lo))
+
+    def _dispatch(self, g: SlotGroup, spare: np.ndarray | None) -> bool:
+        """Run the running slots' networks and send their actions; False if no slot runs.
+
+        Rounds (`spare` given): the batch is topped up to the group size with `spare` envs and
+        zero actions. Resets (`spare` None): every env of the pool is sent, the idle ones a zero
+        action (a no-op).
+        """
+        n = g.running
+        if n == 0:
+            return False
+        obs = g.obs[:n]
+        with g.timing("inference"):
+            actions = self.net.act(torch.from_numpy(obs), slice(g.lo, g.lo + n))
+        if self._sums is not None:
+            x = obs.astype(np.float64)
+            pairs = g.slot_pair[:n]
+            self._sums[pairs, 0] += x
+            self._sums[pairs, 1] += x * x
+        ids = g.slot_env[:n]
+        if spare is None:
+            full = np.zeros((g.num_envs, *actions.shape[1:]), dtype=actions.dtype)
+            full[ids] = actions
+            with g.timing("env"):
+                g.pool.send(full)
+            return True
+        fill = g.size - n
+        if fill:
+            ids = np.concatenate([ids, spare[:fill]])
+            pad = np.zeros((fill, *actions.shape[1:]), dtype=actions.dtype)
+            actions = np.concatenate([actions, pad])
+        with g.timing("env"):
+            g.pool.send(actions, ids)
+        return True
