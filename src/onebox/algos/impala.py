@@ -50,6 +50,7 @@ from onebox.algos.common import (
     resolve_device,
 )
 from onebox.algos.vtrace import vtrace
+from onebox.nn.accel import Accel, AccelFields, check_accel
 from onebox.nn.networks import ActorCritic
 from onebox.sampling.actors import (
     ACTOR_CRITIC_OUTPUTS,
@@ -79,7 +80,7 @@ updates: on CartPole-v1 this solved all 8 seeds tried within 150k steps (best 20
 
 
 @dataclasses.dataclass
-class Config:
+class Config(AccelFields):
     """Train an agent with IMPALA (V-trace). Fields left unset come from the env family's preset."""
 
     env: str = "CartPole-v1"
@@ -198,6 +199,7 @@ def resolve(config: Config, presets: dict[str, dict[str, Any]] = PRESETS) -> Con
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"--gamma must be in [0, 1], got {config.gamma}")
     resolve_device(config.device)
+    check_accel(config)
     return config
 
 
@@ -322,7 +324,9 @@ class Learner:
                  update_fn: UpdateFn) -> None:  # fmt: skip
         self.config, self.device, self.update_fn = config, device, update_fn
         self.net, self.opt = make_agent(config, obs_space, act_space, device)
-        self.policy = actor_critic_policy(self.net)
+        self.accel = Accel.of(config, device)
+        self.accel.setup()
+        self.policy = actor_critic_policy(self.accel.policy(self.net))
         self.outputs = ACTOR_CRITIC_OUTPUTS
         self.num_updates = max(1, (config.total_steps or 1) // config.batch_size)
         self.updates = 0
@@ -333,7 +337,8 @@ class Learner:
             self.opt.param_groups[0]["lr"] = (1 - self.updates / self.num_updates) * c.learning_rate
         batch = bootstrap_truncated(stack(unrolls, self.device), c.gamma)
         self.updates += 1
-        return self.update_fn(c, self.net, self.opt, server, batch)
+        with self.accel.autocast():
+            return self.update_fn(c, self.net, self.opt, server, batch)
 
     def state_dict(self) -> dict[str, Any]:
         return {"net": self.net.state_dict(), "optimizer": self.opt.state_dict()}

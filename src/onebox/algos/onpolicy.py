@@ -4,7 +4,7 @@ pool, the run loop (run folder, logs, progress bar, checkpoints, Ctrl-C, exact r
 
 A learner module supplies its config (a dataclass with the fields `run_loop` reads: env, seed,
 total_steps, num_envs, num_steps, sampler, learning_rate, anneal_lr, gamma, lstm, torch_threads,
-device, ...), `make_agent(config, envs, device)` and `update(config, agent, rollout) -> stats`.
+device, and `onebox.nn.accel.AccelFields`' precision and compile, ...), `make_agent(config, envs, device)` and `update(config, agent, rollout) -> stats`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from onebox.algos.common import (
     resolve_env,
     seed_everything,
 )
+from onebox.nn.accel import Accel, check_accel
 from onebox.nn.networks import ActorCritic
 from onebox.nn.normalize import ObsNormalizer, RewardScaler
 from onebox.sampling import Rollout, Sampler
@@ -66,6 +67,7 @@ def resolve_common(config: Any, presets: dict[str, dict[str, Any]]) -> Any:
     the fields left None, pick thread counts, and check the fields every on-policy learner has
     (sizes, learning rate, sampler, gamma, gae_lambda, device); raise ValueError on bad input."""
     config = resolve_env(config, presets, ActorCritic.check_spaces)
+    check_accel(config)
     check_positive(config, "num_steps", "learning_rate")
     check_lstm(config.lstm)
     check_sampler(config)
@@ -140,13 +142,15 @@ def run_loop(
     device = resolve_device(config.device)
     seed_everything(config.seed, config.torch_deterministic)
     torch.set_num_threads(config.torch_threads or 1)
+    accel = Accel.of(config, device)
+    accel.setup()
 
     envs = make_envs(config)
     agent = make_agent(config, envs, device)
     split = run.TimeSplit()
     sampler = Sampler(
         envs,
-        agent.net,
+        accel.policy(agent.net),
         config.num_steps,
         device=device,
         gamma=config.gamma,
@@ -191,7 +195,7 @@ def run_loop(
                     agent.optimizer.param_groups[0]["lr"] = frac * config.learning_rate
                 rollout = sampler.collect()
                 global_step += batch
-                with split("learn"):
+                with split("learn"), accel.autocast():
                     stats = update(config, agent, rollout)
                 iteration += 1
                 returns, lengths = sampler.episodes.pop()

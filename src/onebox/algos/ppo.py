@@ -31,6 +31,7 @@ from torch import nn
 from onebox.algos import onpolicy
 from onebox.algos.common import check_positive
 from onebox.algos.onpolicy import Agent, build_agent, resolve_common, run_loop
+from onebox.nn.accel import AccelFields
 from onebox.nn.networks import ActorCritic
 from onebox.run import load_config
 from onebox.sampling import Rollout, gae
@@ -66,7 +67,7 @@ Freeway 52.8, Seaquest 3.8, SpaceInvaders 108.6 (2 seeds; docs/results.md)."""
 
 
 @dataclasses.dataclass
-class Config:
+class Config(AccelFields):
     """Train an agent with PPO. Fields left unset come from the env family's preset."""
 
     env: str = "CartPole-v1"

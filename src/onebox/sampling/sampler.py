@@ -11,8 +11,9 @@ Two modes:
   step or two further: those steps open the next rollout, taken by the policy of the rollout
   that just ended (their stored log-probabilities are that policy's, as PPO's ratio needs).
 
-Observations go to the device as they come (uint8 images stay uint8 until the network); there is
-no Python loop over envs. The pool must use same-step autoreset: a truncated episode's final
+Observations go to the device as they come (uint8 images stay uint8 until the network; on CUDA
+through pinned buffers with non-blocking copies, `onebox.nn.accel.Staging`, so the one host wait
+per step is the one that fetches the actions); there is no Python loop over envs. The pool must use same-step autoreset: a truncated episode's final
 observation is then at hand to bootstrap its last reward (`r + gamma * V(final obs)`).
 
 A recurrent policy (`policy.recurrent`, e.g. an `ActorCritic` with an LSTM core) gets each env's
@@ -33,6 +34,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from onebox.envs.base import EnvPool, SeedLike
+from onebox.nn.accel import Staging
 from onebox.sampling.rollout import Rollout
 
 State = tuple[torch.Tensor, torch.Tensor]
@@ -171,6 +173,7 @@ class Sampler:
             raise ValueError(f"num_steps must be positive, got {num_steps}")
         self.envs, self.policy, self.num_steps = envs, policy, num_steps
         self.device = torch.device(device)
+        self._staging = Staging(self.device)  # pinned, non-blocking copies on CUDA
         self.gamma = gamma
         self.double_buffered = double_buffered
         self.obs_transform, self.reward_transform = obs_transform, reward_transform
@@ -413,8 +416,8 @@ class Sampler:
             reward = reward + self.gamma * (values if positions is None else values[positions])
         st = self._storage
         index = _index(rows, ids)
-        st.rewards[index] = torch.from_numpy(np.asarray(reward, np.float32)).to(self.device)
-        st.ends[index] = torch.from_numpy(ends).to(self.device)
+        st.rewards[index] = self._staging(np.asarray(reward, np.float32))
+        st.ends[index] = self._staging(ends)
         return self._to_device(obs, update=True)
 
     def _final_values(self, info: dict[str, Any], idx: np.ndarray, env: np.ndarray) -> np.ndarray:
@@ -436,7 +439,7 @@ class Sampler:
     def _to_device(self, obs: np.ndarray, update: bool) -> torch.Tensor:
         if self.obs_transform is not None:
             obs = self.obs_transform(obs, update)
-        return torch.as_tensor(obs, device=self.device)
+        return self._staging(obs)
 
 
 def _index(rows: Any, ids: np.ndarray) -> tuple[Any, Any]:
