@@ -11,6 +11,7 @@
     onebox bench evolve         population-evaluation frames/s
     onebox bench inference      inference server requests/s and latency
     onebox bench replay         prioritized replay against cpprb, Atari memory per transition
+    onebox bench gpu            the GPU suite: one markdown report
 
 Commands form a tree: a `Group` (`bench`) holds commands, a `Command` (`envs`) is a leaf with a
 config dataclass, parsed by tyro (one docstring per field becomes its `--help`), and a function
@@ -160,7 +161,7 @@ COMMANDS: dict[str, Command | Group] = {
     ),
     "bench": Group(
         "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `train`, `evolve`, "
-        "`inference`, `replay`.",
+        "`inference`, `replay`, `gpu` (the GPU suite).",
         {
             "envs": Command(
                 "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
@@ -181,6 +182,11 @@ COMMANDS: dict[str, Command | Group] = {
                 "Population-evaluation frames/s against env-only and one-at-a-time evaluation.",
                 config="onebox.bench.evolve:EvolveBenchConfig",
                 run="onebox.bench.evolve:run",
+            ),
+            "gpu": Command(
+                "The GPU suite in one markdown report (benchmarks/gpu.sh installs and tests first).",
+                config="onebox.bench.gpu:GpuBenchConfig",
+                run="onebox.bench.gpu:run",
             ),
             "replay": Command(
                 "Prioritized replay insert and sample+update rates against cpprb; Atari memory.",

@@ -32,6 +32,7 @@ from onebox import run
 from onebox.algos import onpolicy
 from onebox.algos.common import check_positive, greedy_q_policy, resolve_env
 from onebox.algos.onpolicy import Agent, run_loop
+from onebox.nn.accel import AccelFields, check_accel
 from onebox.nn.networks import EpsilonGreedy, QNetwork
 from onebox.run import load_config
 from onebox.sampling import Rollout
@@ -46,7 +47,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclasses.dataclass
-class Config:
+class Config(AccelFields):
     """Train an agent with PQN. Fields left unset come from the env family's preset."""
 
     env: str = "CartPole-v1"
@@ -113,6 +114,7 @@ class Config:
 def resolve(config: Config) -> Config:
     """Fill the preset and check every field; raise ValueError before any work starts."""
     config = resolve_env(config, PRESETS, QNetwork.check_spaces)
+    check_accel(config, compiles=False)
     check_positive(config, "num_steps", "learning_rate", "num_minibatches", "update_epochs")
     check_positive(config, "max_grad_norm")
     batch = config.num_envs * config.num_steps

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from onebox.bench import common
+from onebox.nn.accel import AccelFields
 
 CLEANRL_ATARI_SPS = 240.0
 """CleanRL's ppo_atari_envpool on Pong-v5 on a 2-core machine like this one, as given in the
@@ -25,7 +26,7 @@ project's reference (`shared/reference.md`); its script is not on PyPI, so it is
 
 
 @dataclasses.dataclass
-class TrainBenchConfig:
+class TrainBenchConfig(AccelFields):
     """PPO SPS per sampler mode, with the time split between envs, inference and learning."""
 
     env: str = "Pong-v5"
@@ -74,6 +75,8 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
         total_steps=batch * (config.iterations + 1),
         torch_threads=config.torch_threads or base.torch_threads,
         device=config.device,
+        precision=config.precision,
+        compile=config.compile,
         runs_dir=str(root),
         name=f"bench-{mode}",
         checkpoint_minutes=0.0,

@@ -43,10 +43,13 @@ class AccelFields:
     calls are slow while it compiles."""
 
 
-def check_accel(config: Any) -> None:
-    """Raise ValueError on accelerator fields a run cannot use (before anything is written)."""
+def check_accel(config: Any, compiles: bool = True) -> None:
+    """Raise ValueError on accelerator fields a run cannot use (before anything is written);
+    `compiles`: whether the learner's policy has a forward to compile (actor-critics do)."""
     if config.precision not in ("float32", "bf16"):
         raise ValueError(f"--precision must be float32 or bf16, got {config.precision!r}")
+    if config.compile and not compiles:
+        raise ValueError("--compile applies to the actor-critic learners (ppo, a2c, impala, appo)")
     if config.compile and getattr(config, "lstm", None) is not None:
         raise ValueError("--compile compiles feed-forward nets only; drop it or --lstm")
 
@@ -165,8 +168,8 @@ class Accel:
         else a `FastPolicy` (autocast, compiled forward)."""
         if self.precision == "float32" and not self.compile:
             return net
-        if self.compile and net.recurrent:
-            raise ValueError("--compile compiles feed-forward nets only; drop it with --lstm")
+        if self.compile and (getattr(net, "recurrent", False) or not hasattr(net, "outputs")):
+            raise ValueError("--compile compiles feed-forward actor-critics only")
         return FastPolicy(net, self)
 
 
@@ -176,19 +179,24 @@ class FastPolicy:
 
     def __init__(self, net: Any, accel: Accel) -> None:
         self.net, self.accel = net, accel
-        self.recurrent = net.recurrent
-        self._outputs = accel.compiled(net.outputs)
+        self.recurrent = bool(getattr(net, "recurrent", False))
+        # an ActorCritic's forward, compiled if asked; other policies (PQN's) act as they are
+        self._outputs = accel.compiled(net.outputs) if hasattr(net, "outputs") else None
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         with self.accel.autocast():
+            if self._outputs is None:
+                return self.net.act(obs)
             out, value = self._outputs(obs)
         action, logprob = self.net.pick(self.net.distribution(out))
-        return action, logprob, value.clone()
+        return action, logprob, value.clone()  # a CUDA graph's outputs are overwritten later
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         with self.accel.autocast():
+            if self._outputs is None:
+                return self.net.value(obs)
             return self._outputs(obs)[1].clone()
 
     def initial_state(self, envs: int, device: torch.device) -> Any:
