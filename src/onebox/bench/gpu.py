@@ -73,10 +73,10 @@ class GpuBenchConfig:
 
 
 SIZES: dict[bool, dict[str, Any]] = {
-    False: dict(seconds=3.0, env_counts=(32, 128), iterations=3, throughput_envs=128,
+    False: dict(seconds=3.0, env_counts=(32, 128), iterations=3, throughput_envs=128, steps=None,
                 population=1000, slots=250, episode_cap=300, actors=16, actor_envs=32,
                 batches=(8, 64), learn_envs=64),
-    True: dict(seconds=0.3, env_counts=(4,), iterations=1, throughput_envs=4, population=6,
+    True: dict(seconds=0.3, env_counts=(4,), iterations=1, throughput_envs=4, steps=16, population=6,
                slots=4, episode_cap=10, actors=2, actor_envs=2, batches=(2,), learn_envs=4),
 }  # fmt: skip
 """The suite's sizes, full and `--tiny`."""
@@ -87,10 +87,11 @@ def run(config: GpuBenchConfig) -> int:
     from onebox.algos.common import resolve_device
 
     device = resolve_device(config.device)
-    if device.type != "cuda" and not config.tiny:
+    if device.type != "cuda" and not config.tiny and set(config.parts) != {"policy"}:
         raise ValueError(
             f"the GPU suite runs on CUDA, got {device}; for a dry run of the pipeline on this "
-            "machine pass --tiny --device cpu"
+            "machine pass --tiny --device cpu (or measure this device's inference call alone "
+            "with --parts policy)"
         )
     unknown = [p for p in config.parts if p not in PARTS]
     if unknown:
@@ -119,9 +120,11 @@ def _header(config: GpuBenchConfig, device: torch.device) -> str:
     lines = ["# onebox GPU suite", ""]
     if config.warning is not None and Path(config.warning).is_file():
         lines += [f"**{Path(config.warning).read_text().strip()}**", ""]
-    if device.type != "cuda":
+    if device.type != "cuda" and config.tiny:
         lines += [f"**Ran on {device}, not a GPU, at tiny sizes (`--tiny`): a check of the "
                   "pipeline. Its numbers measure nothing.**", ""]  # fmt: skip
+    elif device.type != "cuda":
+        lines += [f"**Ran on {device}, not a GPU: the inference call alone, on this CPU.**", ""]
     elif config.tiny:
         lines += [
             "**Tiny sizes (`--tiny`): a check of the pipeline; the numbers mean little.**",
@@ -134,6 +137,7 @@ def _header(config: GpuBenchConfig, device: torch.device) -> str:
         )
         machine["driver"] = _nvidia_smi("driver_version")
     machine["cpu count"] = str(os.cpu_count())
+    machine["load"] = f"{os.getloadavg()[0]:.1f} (1-minute load average at the start)"
     lines += [f"Date: {common.now()}", "", "Machine:", ""]
     lines += [f"- {k}: {v}" for k, v in machine.items()]
     lines += ["", f"Command: `{common.command_line('onebox bench gpu', config)}`"]
@@ -244,7 +248,8 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
     with tempfile.TemporaryDirectory() as root:
         for k, (label, mode, num_envs, precision) in enumerate(runs):
             bench = train.TrainBenchConfig(env=ENV, modes=(mode,), iterations=size["iterations"],
-                                           num_envs=num_envs, num_threads=config.env_threads,
+                                           num_envs=num_envs, num_steps=size["steps"],
+                                           num_threads=config.env_threads,
                                            device=str(device), precision=precision)  # type: ignore[arg-type]  # fmt: skip
             r = train.measure(bench, mode, Path(root) / str(k))
             if mode == "appo":

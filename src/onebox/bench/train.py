@@ -37,6 +37,8 @@ class TrainBenchConfig(AccelFields):
     """Timed updates per mode, after one warm-up update."""
     num_envs: int | None = None
     """Envs (default: the preset's; 8 for Atari)."""
+    num_steps: int | None = None
+    """PPO's steps per env in each rollout (default: the preset's; 128 for Atari)."""
     num_threads: int | None = None
     """Env pool threads (default: physical cores)."""
     torch_threads: int | None = None
@@ -66,7 +68,8 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
         fields: dict[str, Any] = {}
     else:
         module = ppo
-        base = ppo.Config(env=config.env, num_envs=config.num_envs, sampler=mode, total_steps=1)  # type: ignore[arg-type]
+        base = ppo.Config(env=config.env, num_envs=config.num_envs, num_steps=config.num_steps,
+                          sampler=mode, total_steps=1)  # type: ignore[arg-type]  # fmt: skip
         fields = {"num_threads": config.num_threads or None}
     base = module.resolve(base)
     batch = base.batch_size

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 import onebox.envs
+from onebox.nn.accel import Staging
 from onebox.nn.population import OBS_CLIP, Arch, DType, PopulationNet, default_arch
 from onebox.run import TimeSplit
 
@@ -92,7 +93,9 @@ class EvalResult:
 class _Group:
     """One slot group: a contiguous range of network slots and the engine pool behind them."""
 
-    def __init__(self, pool: Any, lo: int, size: int, obs_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, pool: Any, lo: int, size: int, obs_shape: tuple[int, ...], device: torch.device
+    ) -> None:
         self.pool, self.lo, self.size = pool, lo, size
         self.num_envs = pool.num_envs
         dtype = pool.single_observation_space.dtype
@@ -109,6 +112,7 @@ class _Group:
         self.running = 0  # slots [0, running) play episodes; the rest are free
         self.idle: list[int] = []  # resets: envs without a pair, for the next pairs
         self.timing = TimeSplit()  # this group's env and inference seconds (it may run in a thread)
+        self.staging = Staging(device)  # on CUDA: pinned buffers, non-blocking copies
 
 
 class PopulationEvaluator:
@@ -280,7 +284,7 @@ class PopulationEvaluator:
                 for size in self.sizes:
                     pool = self._make(size, size, min(self.num_threads, size))
                     pool.reset(seed=0)  # partial resets need a full one first
-                    self._groups.append(_Group(pool, lo, size, self.net.obs_shape))
+                    self._groups.append(_Group(pool, lo, size, self.net.obs_shape, self.net.device))
                     lo += size
             return
         envs = []
@@ -293,7 +297,7 @@ class PopulationEvaluator:
         lo = 0
         for size, num_envs in zip(self.sizes, envs, strict=True):
             pool = self._make(num_envs, size, min(self.num_threads, num_envs))
-            self._groups.append(_Group(pool, lo, size, self.net.obs_shape))
+            self._groups.append(_Group(pool, lo, size, self.net.obs_shape, self.net.device))
             lo += size
 
     @property
@@ -621,7 +625,7 @@ class PopulationEvaluator:
             return False
         obs = g.obs[:n]
         with g.timing("inference"):
-            actions = self.net.act(torch.from_numpy(obs), slice(g.lo, g.lo + n))
+            actions = self.net.act(g.staging(obs), slice(g.lo, g.lo + n))
         if self._sums is not None:
             x = obs.astype(np.float64)
             pairs = g.slot_pair[:n]

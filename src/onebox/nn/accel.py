@@ -61,39 +61,43 @@ def scale_images(x: torch.Tensor) -> torch.Tensor:
 
 class Staging:
     """Host arrays to tensors on `device`: through pinned buffers and non-blocking copies on
-    CUDA (`pinned` is True), as the array's own memory on the CPU (nothing copied)."""
+    CUDA (`pinned` is True), as the array's own memory on the CPU (nothing copied).
+
+    Arrays are batches (a leading axis); those of one row shape and dtype share a ring of `RING`
+    pinned buffers, each as long as the longest batch it has held, so batches of any length
+    (a double-buffered sampler's, a slot group's running prefix) cost no new pinned memory."""
 
     RING = 3
-    """Pinned buffers per (shape, dtype): a buffer is reused 3 transfers later."""
+    """Pinned buffers per row shape and dtype: a buffer is reused 3 transfers later."""
 
     def __init__(self, device: torch.device | str) -> None:
         self.device = torch.device(device)
         self.pinned = self.device.type == "cuda"
         """Whether arrays go through pinned buffers (CUDA only; never for a CPU device)."""
-        self._rings: dict[tuple[tuple[int, ...], str], list[Any]] = {}
-        self._turn: dict[tuple[tuple[int, ...], str], int] = {}
+        self._rings: dict[tuple[tuple[int, ...], torch.dtype], list[list[Any]]] = {}
+        self._turn: dict[tuple[tuple[int, ...], torch.dtype], int] = {}
 
     def __call__(self, array: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """`array` as a tensor on the device, same dtype and shape. On CUDA the copy is queued and
-        the call returns at once; the result is valid for work queued after it on the stream."""
+        """`array` (a batch) as a tensor on the device, same dtype and shape. On CUDA the copy is
+        queued and the call returns at once; the result is valid for work queued after it."""
         if not self.pinned:
             return torch.as_tensor(array, device=self.device)
         host = torch.as_tensor(array)
-        key = (tuple(host.shape), str(host.dtype))
-        ring = self._rings.get(key)
-        if ring is None:
-            ring = self._rings[key] = [
-                (torch.empty(host.shape, dtype=host.dtype).pin_memory(), torch.cuda.Event())
-                for _ in range(self.RING)
-            ]
-            self._turn[key] = 0
-        k = self._turn[key]
+        if host.ndim == 0:
+            raise ValueError("Staging takes batches (arrays with a leading axis)")
+        key = (tuple(host.shape[1:]), host.dtype)
+        ring = self._rings.setdefault(key, [[None, torch.cuda.Event()] for _ in range(self.RING)])
+        k = self._turn.get(key, 0)
         self._turn[key] = (k + 1) % self.RING
-        buffer, done = ring[k]
-        done.synchronize()  # its previous copy (3 transfers ago) has long finished
+        slot = ring[k]
+        slot[1].synchronize()  # its previous copy (RING transfers ago) is done
+        n = host.shape[0]
+        if slot[0] is None or slot[0].shape[0] < n:
+            slot[0] = torch.empty(host.shape, dtype=host.dtype).pin_memory()
+        buffer = slot[0][:n]
         buffer.copy_(host)
         out = buffer.to(self.device, non_blocking=True)
-        done.record()
+        slot[1].record()
         return out
 
 
