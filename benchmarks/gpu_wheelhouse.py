@@ -8,8 +8,9 @@ It downloads, for CPython 3.12 on manylinux x86-64 and without their dependencie
 numpy, torch, rich, tensorboard, matplotlib, imageio, absl-py, typing-extensions), the packages
 onebox and its benchmarks need that the machine lacks: gymnasium, tyro and theirs, ale-py (the
 Atari envs), EnvPool 1.2.5 (the peer of the env benchmark) with optree and dm-env, and the
-scikit-build-core and nanobind that build onebox there. With `--build-python` (a Python 3.12 here)
-it also builds onebox's own wheel from this tree, which gpu.sh installs only if building the
+scikit-build-core and nanobind that build onebox there. With `--build-python` (a Python 3.12 here
+with scikit-build-core, nanobind, cmake and ninja; without mujoco, so no MuJoCo envs) it also
+builds onebox's own wheel from this tree, which gpu.sh installs only if building the
 tree there fails (saying so in the report); ONEBOX_COMMIT records the tree's commit.
 EnvPool's wheel is 50 MB of env families, more than a machine call carries; it is rebuilt here
 holding its Python API and its Atari envs alone, with Pong's ROM taken from ale-py's wheel (the
@@ -87,7 +88,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="where the wheels go (e.g. .whl)")
     parser.add_argument("--python-version", default="3.12", help="the GPU machine's (3.12)")
-    parser.add_argument("--build-python", help="a Python of that version, to build onebox's wheel")
+    parser.add_argument("--build-python", help="a Python of that version to build onebox's wheel")
     args = parser.parse_args()
     args.folder.mkdir(parents=True, exist_ok=True)
     for old in args.folder.glob("*.whl"):
@@ -96,8 +97,8 @@ def main() -> int:
     trim_envpool(args.folder)
     if args.build_python:
         root = Path(__file__).resolve().parent.parent
-        subprocess.run([args.build_python, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
-                        str(args.folder), str(root)], check=True)  # fmt: skip
+        subprocess.run([args.build_python, "-m", "pip", "wheel", "-q", "--no-deps",
+                        "--no-build-isolation", "-w", str(args.folder), str(root)], check=True)  # fmt: skip
         commit = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
                                 capture_output=True, text=True).stdout.strip()  # fmt: skip
         (args.folder / "ONEBOX_COMMIT").write_text(f"commit {commit or 'unknown'}\n")

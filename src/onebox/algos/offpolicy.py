@@ -35,6 +35,7 @@ from onebox.algos.common import (
     resolve_device,
     seed_everything,
 )
+from onebox.nn.accel import Accel
 from onebox.nn.networks import is_image
 from onebox.replay import ReplayBatch, ReplayBuffer
 from onebox.sampling import EpisodeTracker
@@ -162,6 +163,8 @@ def run_loop(
     device = resolve_device(config.device)
     seed_everything(config.seed, config.torch_deterministic)
     torch.set_num_threads(config.torch_threads or 1)
+    accel = Accel.of(config, device)
+    accel.setup()
     envs = make_envs(config)
     agent = make_agent(config, envs, device)
     buffer = make_buffer(config, envs)
@@ -205,7 +208,7 @@ def run_loop(
     ):  # fmt: skip
         try:
             while global_step + n <= config.total_steps and not interrupt.requested:
-                with split("inference"):
+                with split("inference"), accel.autocast():
                     actions = agent.act(obs, global_step)
                 with split("env"):
                     next_obs, rewards, terminated, truncated, info = envs.step(actions)
@@ -221,7 +224,7 @@ def run_loop(
                     for _ in range(due):
                         with split("replay"):
                             batch = buffer.sample(config.batch_size)
-                        with split("learn"):
+                        with split("learn"), accel.autocast():
                             stats, priorities = agent.update(batch, global_step)
                         if priorities is not None:
                             with split("replay"):

@@ -349,7 +349,7 @@ def part_learn(config: GpuBenchConfig, device: torch.device, size: dict, out: Pa
             "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4",
             "--sampler", "double", "--total-steps", "10000000", "--device", str(device),
             "--num-threads", str(config.env_threads), "--runs-dir", str(runs), "--name", "learn",
-            "--checkpoint-minutes", "0", "--no-progress"]  # fmt: skip
+            "--checkpoint-minutes", "0", "--progress", "False"]  # fmt: skip
     t0 = time.time()
     with open(out / "learn.log", "w") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)

@@ -462,8 +462,8 @@ class SquashedGaussianActor(nn.Module):
         """Mean and log std of the Gaussian before squashing."""
         x = self.trunk(obs.float().flatten(1))
         log_std = torch.tanh(self.log_std(x))
-        span = self.LOG_STD_MAX - self.LOG_STD_MIN
-        return self.mean(x), self.LOG_STD_MIN + 0.5 * span * (log_std + 1)
+        span = self.LOG_STD_MAX - self.LOG_STD_MIN  # float32 out, also under bfloat16 autocast
+        return self.mean(x).float(), self.LOG_STD_MIN + 0.5 * span * (log_std.float() + 1)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(action sampled with the reparameterization trick, its log-probability (batch,), the
@@ -498,7 +498,7 @@ class ContinuousQ(nn.Module):
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q(obs, action), shape (batch,)."""
         x = torch.cat([obs.float().flatten(1), action.float()], 1)
-        return self.head(self.trunk(x)).squeeze(-1)
+        return self.head(self.trunk(x)).squeeze(-1).float()  # float32, also under autocast
 
 
 def check_bounded_actions(action_space: spaces.Space) -> tuple[np.ndarray, np.ndarray]:
