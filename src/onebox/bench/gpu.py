@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Literal
 
@@ -102,16 +103,29 @@ def run(config: GpuBenchConfig) -> int:
     console = common.console()
     sections = [_header(config, device)]
     engine: dict[tuple[str, int], float] = {}
+    failed = []
     for part in (p for p in PARTS if p in config.parts):
         t0 = time.perf_counter()
         console.print(f"[bold]{part}[/bold] ...")
-        if part == "learn":
-            body = part_learn(config, device, size, out)
+        if part != "learn" and config.deadline is not None and time.time() > config.deadline - 60:
+            body = f"## {part}\n\nSkipped: less than a minute was left before the deadline."
         else:
-            body = PART_FNS[part](config, device, size, engine)
+            try:
+                if part == "learn":
+                    body = part_learn(config, device, size, out)
+                else:
+                    body = PART_FNS[part](config, device, size, engine)
+            except Exception:  # the report says it, and the other parts still run
+                failed.append(part)
+                trace = traceback.format_exc().strip().splitlines()[-12:]
+                body = "\n".join([f"## {part}", "", "**Failed:**", "", "```", *trace, "```"])
+                console.print(f"[red]{part} failed[/red]:\n" + "\n".join(trace))
         sections.append(f"{body}\n\n_{part}: {time.perf_counter() - t0:.0f} s of wall time._")
         (out / "report.md").write_text("\n\n".join(sections) + "\n")  # what is done survives
     console.print(f"wrote {out / 'report.md'}")
+    if failed:
+        console.print(f"[red]failed: {', '.join(failed)}[/red] (the report shows why)")
+        return 1
     return 0
 
 

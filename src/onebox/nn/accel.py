@@ -86,7 +86,9 @@ class Staging:
         if host.ndim == 0:
             raise ValueError("Staging takes batches (arrays with a leading axis)")
         key = (tuple(host.shape[1:]), host.dtype)
-        ring = self._rings.setdefault(key, [[None, torch.cuda.Event()] for _ in range(self.RING)])
+        ring = self._rings.get(key)
+        if ring is None:
+            ring = self._rings[key] = [[None, torch.cuda.Event()] for _ in range(self.RING)]
         k = self._turn.get(key, 0)
         self._turn[key] = (k + 1) % self.RING
         slot = ring[k]
