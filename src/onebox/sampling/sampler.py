@@ -336,7 +336,7 @@ class Sampler:
         """Choose actions for envs `ids` at step `rows` (an int or one per env) and store them."""
         assert obs is not None
         st = self._storage
-        index = _index(rows, ids)
+        index = self._index(rows, ids)
         with self.timer("inference"):
             if self.recurrent:
                 action, logprob, value = self._step(rows, ids, index, obs)
@@ -415,10 +415,18 @@ class Sampler:
             values = self._final_values(info, at, batch_ids[at])
             reward = reward + self.gamma * (values if positions is None else values[positions])
         st = self._storage
-        index = _index(rows, ids)
+        index = self._index(rows, ids)
         st.rewards[index] = self._staging(np.asarray(reward, np.float32))
         st.ends[index] = self._staging(ends)
         return self._to_device(obs, update=True)
+
+    def _index(self, rows: Any, ids: np.ndarray) -> tuple[Any, Any]:
+        """Where step `rows` of envs `ids` lives in the (T, N, ...) storage: a plain row for sync
+        sampling (step `rows` of every env), gathered (row, env) pairs for double buffering (index
+        tensors staged to the device: no host wait)."""
+        if isinstance(rows, int):
+            return rows, slice(None)
+        return self._staging(np.asarray(rows, np.int64)), self._staging(np.asarray(ids, np.int64))
 
     def _final_values(self, info: dict[str, Any], idx: np.ndarray, env: np.ndarray) -> np.ndarray:
         """V(final observation) of the truncated envs `idx` (positions within the batch; `env`:
@@ -440,11 +448,3 @@ class Sampler:
         if self.obs_transform is not None:
             obs = self.obs_transform(obs, update)
         return self._staging(obs)
-
-
-def _index(rows: Any, ids: np.ndarray) -> tuple[Any, Any]:
-    """Where step `rows` of envs `ids` lives in the (T, N, ...) storage: a plain row for sync
-    sampling (step `rows` of every env), gathered (row, env) pairs for double buffering."""
-    if isinstance(rows, int):
-        return rows, slice(None)
-    return torch.as_tensor(rows), torch.as_tensor(ids)
