@@ -58,7 +58,7 @@ elif [ -d "$WHEELS" ]; then
   if ! command -v c++ >/dev/null; then
     echo "no C++ compiler (c++) on this machine: onebox's engine cannot be built here" >>"$OUT/install.log"
   fi
-  if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) $PY -m pip install --no-index --no-deps --no-build-isolation \
+  if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) $PY -m pip install --no-index --no-deps --no-build-isolation --upgrade \
       --no-compile --target "$SITE" "$ROOT" >>"$OUT/install.log" 2>&1; then
     prebuilt=$(find "$WHEELS" -name 'onebox-*.whl' | head -1)
     if [ -z "$prebuilt" ]; then
@@ -66,7 +66,7 @@ elif [ -d "$WHEELS" ]; then
       tail -20 "$OUT/install.log"
       exit 1
     fi
-    $PY -m pip install --no-index --no-deps --no-compile --target "$SITE" "$prebuilt" >>"$OUT/install.log" 2>&1
+    $PY -m pip install --no-index --no-deps --no-compile --upgrade --target "$SITE" "$prebuilt" >>"$OUT/install.log" 2>&1
     echo "onebox was NOT built from this tree (the build failed, see install.log): it is the wheel" \
       "$(basename "$prebuilt") that gpu_wheelhouse.py built ($(cat "$WHEELS/ONEBOX_COMMIT" 2>/dev/null || echo 'commit unknown'))." \
       >"$OUT/warning.txt"
