@@ -289,7 +289,7 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
               "engine alone", "SPS / engine", "goal >= 60%"]  # fmt: skip
     return "\n".join([
         f"## Training throughput, {ENV}", "",
-        f"{size['iterations']} timed updates after one warm-up (`onebox bench train`); engine "
+        f"{size['iterations']} timed update(s) after one warm-up (`onebox bench train`); engine "
         f"alone: the same number of envs stepped by onebox ({config.env_threads} threads) with "
         "random actions, sync for the sync sampler, async otherwise. For APPO, SPS is also the "
         "inference server's rate and updates/s the learner's, measured together.", "",
