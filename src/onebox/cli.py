@@ -13,6 +13,7 @@
     onebox bench replay         prioritized replay against cpprb, Atari memory per transition
     onebox bench dqn            DQN steps/s against CleanRL's dqn_atari.py
     onebox bench apex           Ape-X learner updates/s alone and beside its actors
+    onebox bench gpu            the GPU suite: one markdown report
 
 Commands form a tree: a `Group` (`bench`) holds commands, a `Command` (`envs`) is a leaf with a
 config dataclass, parsed by tyro (one docstring per field becomes its `--help`), and a function
@@ -168,7 +169,7 @@ COMMANDS: dict[str, Command | Group] = {
     ),
     "bench": Group(
         "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `train`, `evolve`, "
-        "`inference`, `replay`, `dqn`, `apex`.",
+        "`inference`, `replay`, `dqn`, `apex`, `gpu` (the GPU suite).",
         {
             "envs": Command(
                 "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
@@ -189,6 +190,11 @@ COMMANDS: dict[str, Command | Group] = {
                 "Population-evaluation frames/s against env-only and one-at-a-time evaluation.",
                 config="onebox.bench.evolve:EvolveBenchConfig",
                 run="onebox.bench.evolve:run",
+            ),
+            "gpu": Command(
+                "The GPU suite in one markdown report (benchmarks/gpu.sh installs and tests first).",
+                config="onebox.bench.gpu:GpuBenchConfig",
+                run="onebox.bench.gpu:run",
             ),
             "replay": Command(
                 "Prioritized replay insert and sample+update rates against cpprb; Atari memory.",

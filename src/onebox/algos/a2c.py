@@ -28,6 +28,7 @@ from torch.nn import functional as F
 from onebox.algos import onpolicy
 from onebox.algos.common import check_positive
 from onebox.algos.onpolicy import Agent, build_agent, resolve_common, run_loop
+from onebox.nn.accel import AccelFields
 from onebox.nn.networks import ActorCritic
 from onebox.run import load_config
 from onebox.run.config import TorchConfig
@@ -36,7 +37,7 @@ from onebox.sampling import Rollout, gae
 
 
 @dataclasses.dataclass
-class Config(TorchConfig):
+class Config(TorchConfig, AccelFields):
     """Train an agent with A2C. Fields left unset come from the env family's preset."""
 
     preset: Literal["auto", "classic", "atari", "continuous"] = "auto"

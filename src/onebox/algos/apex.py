@@ -47,6 +47,7 @@ from onebox.algos.common import (
     resolve_env,
 )
 from onebox.algos.dqn import td_errors
+from onebox.nn.accel import Accel, AccelFields, check_accel
 from onebox.nn.networks import QNetwork
 from onebox.replay import ReplayBatch, ReplayBuffer
 from onebox.run.config import TorchConfig
@@ -57,7 +58,7 @@ from onebox.sampling.inference import InferenceServer
 
 
 @dataclasses.dataclass
-class Config(TorchConfig):
+class Config(TorchConfig, AccelFields):
     """Train an agent with Ape-X DQN. Fields left unset come from the env family's preset."""
 
     preset: Literal["auto", "classic", "atari"] = "auto"
@@ -158,6 +159,7 @@ def resolve(config: Config) -> Config:
         if value is not None and value <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
     config = resolve_env(config, PRESETS, QNetwork.check_spaces)
+    check_accel(config, compiles=False)
     check_positive(config, "actors", "envs_per_actor", "unroll", "learning_rate", "buffer_size")
     check_positive(config, "batch_size", "target_update", "max_grad_norm", "max_batch")
     check_positive(config, "n_step", "eps_base", "num_threads")
@@ -209,10 +211,13 @@ class Learner:
         self.outputs = {"q": ((self.net.num_actions,), np.float32)}
         self.updates = 0
         self.generator = torch.Generator(device).manual_seed(config.seed)
+        self.accel = Accel.of(config, device)
+        self.accel.setup()
 
     def policy(self, obs: torch.Tensor, actor_ids: torch.Tensor, env_ids: torch.Tensor) -> Any:
         """Epsilon-greedy actions, each row with its actor's epsilon, and the Q-values."""
-        q = self.net(obs)
+        with self.accel.autocast():
+            q = self.net(obs)
         n, g = len(obs), self.generator
         explore = torch.rand(n, device=q.device, generator=g) < self.epsilons[actor_ids]
         random = torch.randint(0, self.net.num_actions, (n,), device=q.device, generator=g)
@@ -220,7 +225,8 @@ class Learner:
 
     def update(self, batch: ReplayBatch, server: InferenceServer) -> dict[str, float]:
         c = self.config
-        td, q_taken = td_errors(self.net, self.target, batch, True, self.device)
+        with self.accel.autocast():
+            td, q_taken = td_errors(self.net, self.target, batch, True, self.device)
         weights = torch.as_tensor(batch.weights, device=self.device)
         loss = (weights * td.pow(2)).mean()
         self.opt.zero_grad()

@@ -37,6 +37,7 @@ from torch import nn
 from onebox import run
 from onebox.algos import offpolicy
 from onebox.algos.common import adam, check_positive, greedy_q_policy, resolve_env
+from onebox.nn.accel import AccelFields, check_accel
 from onebox.nn.networks import EpsilonGreedy, QNetwork
 from onebox.replay import ReplayBatch
 from onebox.run import load_config
@@ -45,7 +46,7 @@ from onebox.run.presets import Presets
 
 
 @dataclasses.dataclass
-class Config(TorchConfig):
+class Config(TorchConfig, AccelFields):
     """Train an agent with DQN. Fields left unset come from the env family's preset."""
 
     preset: Literal["auto", "classic", "atari", "minatar"] = "auto"
@@ -123,6 +124,7 @@ momentum 0.95 there) and the loss (squared TD error here, Huber there)."""
 def resolve(config: Config) -> Config:
     """Fill the preset and check every field; raise ValueError before any work starts."""
     config = resolve_env(config, PRESETS, QNetwork.check_spaces)
+    check_accel(config, compiles=False)
     check_positive(config, "learning_rate", "target_network_frequency")
     offpolicy.check_replay(config)
     if not 0 < config.tau <= 1:

@@ -48,6 +48,7 @@ from onebox.algos.common import (
     resolve_device,
 )
 from onebox.algos.vtrace import vtrace
+from onebox.nn.accel import Accel, AccelFields, check_accel
 from onebox.nn.networks import ActorCritic
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets
@@ -64,7 +65,7 @@ from onebox.sampling.rollout import Rollout, bootstrapped_rewards
 
 
 @dataclasses.dataclass
-class Config(TorchConfig):
+class Config(TorchConfig, AccelFields):
     """Train an agent with IMPALA (V-trace). Fields left unset come from the env family's preset."""
 
     preset: Literal["auto", "classic", "atari"] = "auto"
@@ -173,6 +174,7 @@ def resolve(config: Config, presets: Presets = PRESETS) -> Config:
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"--gamma must be in [0, 1], got {config.gamma}")
     resolve_device(config.device)
+    check_accel(config)
     return config
 
 
@@ -297,7 +299,9 @@ class Learner:
                  update_fn: UpdateFn) -> None:  # fmt: skip
         self.config, self.device, self.update_fn = config, device, update_fn
         self.net, self.opt = make_agent(config, obs_space, act_space, device)
-        self.policy = actor_critic_policy(self.net)
+        self.accel = Accel.of(config, device)
+        self.accel.setup()
+        self.policy = actor_critic_policy(self.accel.policy(self.net))
         self.outputs = ACTOR_CRITIC_OUTPUTS
         self.num_updates = max(1, (config.total_steps or 1) // config.batch_size)
         self.updates = 0
@@ -308,7 +312,8 @@ class Learner:
             self.opt.param_groups[0]["lr"] = (1 - self.updates / self.num_updates) * c.learning_rate
         batch = bootstrap_truncated(stack(unrolls, self.device), c.gamma)
         self.updates += 1
-        return self.update_fn(c, self.net, self.opt, server, batch)
+        with self.accel.autocast():
+            return self.update_fn(c, self.net, self.opt, server, batch)
 
     def state_dict(self) -> dict[str, Any]:
         return {"net": self.net.state_dict(), "optimizer": self.opt.state_dict()}

@@ -28,6 +28,7 @@ from gymnasium import spaces
 import onebox.envs
 from onebox import run
 from onebox.algos.common import check_positive, parse_env_options, setup_torch
+from onebox.nn.accel import Accel
 from onebox.nn.networks import is_image
 from onebox.replay import ReplayBatch, ReplayBuffer
 from onebox.sampling import EpisodeTracker
@@ -158,6 +159,8 @@ def run_loop(
     session = run.RunSession.open(config, resume, algo, resolve, keys=CHECKPOINT_KEYS)
     config, state = session.config, session.checkpoint
     device = setup_torch(config)
+    accel = Accel.of(config, device)
+    accel.setup()
     envs = make_envs(config)
     agent = make_agent(config, envs, device)
     buffer = make_buffer(config, envs)
@@ -185,7 +188,7 @@ def run_loop(
         if refilled:
             note_refill(session.logger, global_step, config)
         while global_step + n <= config.total_steps and not session.stopping:
-            with split("inference"):
+            with split("inference"), accel.autocast():
                 actions = agent.act(obs, global_step)
             with split("env"):
                 next_obs, rewards, terminated, truncated, info = envs.step(actions)
@@ -201,7 +204,7 @@ def run_loop(
                 for _ in range(due):
                     with split("replay"):
                         batch = buffer.sample(config.batch_size)
-                    with split("learn"):
+                    with split("learn"), accel.autocast():
                         stats, priorities = agent.update(batch, global_step)
                     if priorities is not None:
                         with split("replay"):

@@ -4,7 +4,8 @@ checkpoints, Ctrl-C, exact resume), and the greedy policy of a finished run for 
 
 A learner module supplies its config (a dataclass with the fields `run_loop` reads: env, seed,
 total_steps, num_envs, num_steps, sampler, learning_rate, anneal_lr, gamma, lstm, torch_threads,
-device, ...), `make_agent(config, envs, device)` and `update(config, agent, rollout) -> stats`.
+device, and `onebox.nn.accel.AccelFields`' precision and compile, ...), `make_agent(config, envs,
+device)` and `update(config, agent, rollout) -> stats`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from onebox.algos.common import (
     resolve_env,
     setup_torch,
 )
+from onebox.nn.accel import Accel, check_accel
 from onebox.nn.networks import ActorCritic
 from onebox.nn.normalize import ObsNormalizer, RewardScaler
 from onebox.run.presets import Presets
@@ -64,6 +66,7 @@ def resolve_common(config: Any, presets: Presets) -> Any:
     the fields left None, pick thread counts, and check the fields every on-policy learner has
     (sizes, learning rate, sampler, gamma, gae_lambda, device); raise ValueError on bad input."""
     config = resolve_env(config, presets, ActorCritic.check_spaces)
+    check_accel(config)
     check_positive(config, "num_steps", "learning_rate")
     check_lstm(config.lstm)
     check_sampler(config)
@@ -137,12 +140,14 @@ def run_loop(
     batch = config.num_envs * config.num_steps
     num_iterations = max(1, config.total_steps // batch)
     device = setup_torch(config)
+    accel = Accel.of(config, device)
+    accel.setup()
 
     envs = make_envs(config)
     agent = make_agent(config, envs, device)
     sampler = Sampler(
         envs,
-        agent.net,
+        accel.policy(agent.net),
         config.num_steps,
         device=device,
         double_buffered=config.sampler == "double",
@@ -169,7 +174,7 @@ def run_loop(
                 agent.optimizer.param_groups[0]["lr"] = frac * config.learning_rate
             rollout = sampler.collect()
             global_step += batch
-            with session.timer("learn"):
+            with session.timer("learn"), accel.autocast():
                 stats = update(config, agent, rollout)
             iteration += 1
             session.episodes(global_step, *sampler.episodes.pop())

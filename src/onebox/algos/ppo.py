@@ -31,6 +31,7 @@ from torch import nn
 from onebox.algos import onpolicy
 from onebox.algos.common import check_positive
 from onebox.algos.onpolicy import Agent, build_agent, resolve_common, run_loop
+from onebox.nn.accel import AccelFields
 from onebox.nn.networks import ActorCritic
 from onebox.run import load_config
 from onebox.run.config import TorchConfig
@@ -39,7 +40,7 @@ from onebox.sampling import Rollout, gae
 
 
 @dataclasses.dataclass
-class Config(TorchConfig):
+class Config(TorchConfig, AccelFields):
     """Train an agent with PPO. Fields left unset come from the env family's preset."""
 
     preset: Literal["auto", "classic", "atari", "continuous", "minatar"] = "auto"

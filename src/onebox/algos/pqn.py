@@ -33,6 +33,7 @@ from onebox import run
 from onebox.algos import onpolicy
 from onebox.algos.common import check_positive, greedy_q_policy, resolve_env
 from onebox.algos.onpolicy import Agent, run_loop
+from onebox.nn.accel import AccelFields, check_accel
 from onebox.nn.networks import EpsilonGreedy, QNetwork
 from onebox.run import load_config
 from onebox.run.config import TorchConfig
@@ -41,7 +42,7 @@ from onebox.sampling import Rollout
 
 
 @dataclasses.dataclass
-class Config(TorchConfig):
+class Config(TorchConfig, AccelFields):
     """Train an agent with PQN. Fields left unset come from the env family's preset."""
 
     preset: Literal["auto", "classic", "atari"] = "auto"
@@ -92,6 +93,7 @@ PRESETS = Presets(Config, {
 def resolve(config: Config) -> Config:
     """Fill the preset and check every field; raise ValueError before any work starts."""
     config = resolve_env(config, PRESETS, QNetwork.check_spaces)
+    check_accel(config, compiles=False)
     check_positive(config, "num_steps", "learning_rate", "num_minibatches", "update_epochs")
     check_positive(config, "max_grad_norm")
     batch = config.num_envs * config.num_steps

@@ -31,6 +31,7 @@ import torch
 from onebox import run
 from onebox.algos import offpolicy
 from onebox.algos.common import check_positive, resolve_env
+from onebox.nn.accel import AccelFields, check_accel
 from onebox.nn.networks import ContinuousQ, SquashedGaussianActor, check_bounded_actions
 from onebox.replay import ReplayBatch
 from onebox.run import load_config
@@ -39,7 +40,7 @@ from onebox.run.presets import Presets
 
 
 @dataclasses.dataclass
-class Config(TorchConfig):
+class Config(TorchConfig, AccelFields):
     """Train an agent with SAC. Fields left unset come from the preset."""
 
     env: str = "Pendulum-v1"
@@ -100,6 +101,7 @@ PRESETS = Presets(Config, {
 def resolve(config: Config) -> Config:
     """Fill the preset and check every field; raise ValueError before any work starts."""
     config = resolve_env(config, PRESETS, lambda obs, act: check_bounded_actions(act))
+    check_accel(config, compiles=False)
     check_positive(config, "policy_lr", "q_lr", "policy_frequency", "target_network_frequency")
     check_positive(config, "alpha")
     offpolicy.check_replay(config)

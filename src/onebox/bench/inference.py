@@ -2,9 +2,10 @@
 
 Actors (threads in this process, or worker processes talking through shared memory) each send
 requests of `envs_per_actor` observations in a closed loop: submit, wait for the actions, submit
-again. Observations are synthetic (fixed random CartPole-shaped vectors; no env is stepped), so
-the numbers are the server's: batching, the policy (CleanRL's 64-64 tanh actor-critic MLP, the
-action sampled), the hand-off to and from actors. Throughput counts the requests completed in the
+again. Observations are synthetic (fixed random CartPole-shaped vectors, or with `--network
+nature-cnn` random uint8 Atari frames, 4x84x84; no env is stepped), so the numbers are the
+server's: batching, the policy (CleanRL's 64-64 tanh actor-critic MLP, or the Nature CNN
+actor-critic, the action sampled), the hand-off to and from actors. Throughput counts the requests completed in the
 window where every actor was running (after a warm-up); latency is submit-to-answer per request.
 """
 
@@ -27,8 +28,11 @@ from onebox.bench import common
 from onebox.sampling.actor_client import ActorClient
 from onebox.sampling.inference import InferenceServer
 
-OBS = spaces.Box(-np.inf, np.inf, (4,), np.float32)
-ACT = spaces.Discrete(2)
+SPACES = {
+    "mlp": (spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2)),
+    "nature-cnn": (spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6)),
+}
+"""Observation and action spaces of each network's synthetic requests (CartPole's, Pong's)."""
 
 
 @dataclasses.dataclass
@@ -51,15 +55,29 @@ class InferenceBenchConfig:
     """Seconds each actor runs before the measurement window opens."""
     torch_threads: int = 1
     """torch intra-op threads of the server."""
+    network: Literal["mlp", "nature-cnn"] = "mlp"
+    """The policy: CleanRL's 64-64 MLP on CartPole-shaped vectors, or the Nature CNN on Atari
+    frames."""
+    device: str = "cpu"
+    """Where the server runs the policy (`cuda` for a GPU)."""
     output: Path | None = None
     """Markdown file to write the section into (e.g. docs/benchmarks.md)."""
 
 
-def _policy(seed: int = 0) -> torch.nn.Module:
+def policy_net(network: str, device: str, seed: int = 0) -> torch.nn.Module:
     from onebox.nn.networks import ActorCritic
 
     torch.manual_seed(seed)
-    return ActorCritic(OBS, ACT).eval()
+    return ActorCritic(*SPACES[network]).to(device).eval()
+
+
+def observations(network: str, envs: int, seed: int) -> np.ndarray:
+    """A fixed batch of random observations of the network's space."""
+    space = SPACES[network][0]
+    rng = np.random.default_rng(seed)
+    if space.dtype == np.uint8:
+        return rng.integers(0, 256, (envs, *space.shape), dtype=np.uint8)
+    return rng.standard_normal((envs, *space.shape)).astype(np.float32)
 
 
 def _closed_loop(
@@ -77,9 +95,9 @@ def _closed_loop(
             return np.array(out)
 
 
-def process_actor(client: ActorClient, envs: int, seconds: float, path: str) -> None:
+def process_actor(client: ActorClient, envs: int, seconds: float, path: str, network: str) -> None:
     """A process actor of the benchmark: its (completion time, latency) pairs go to `path`."""
-    obs = np.random.default_rng(client.actor_id).standard_normal((envs, 4)).astype(np.float32)
+    obs = observations(network, envs, client.actor_id)
     ids = np.arange(envs)
     np.save(path, _closed_loop(lambda o: client.infer(o, ids), obs, seconds))
 
@@ -99,7 +117,8 @@ class Result:
 def measure(config: InferenceBenchConfig, kind: str, actors: int, max_batch: int) -> Result:
     """Run one configuration and summarize its steady-state window."""
     envs, total = config.envs_per_actor, config.warmup + config.seconds
-    policy = _policy()
+    policy = policy_net(config.network, config.device)
+    obs_space, act_space = SPACES[config.network]
 
     def policy_fn(obs: torch.Tensor, actor_ids: Any, env_ids: Any) -> dict[str, torch.Tensor]:
         action, logprob, value = policy.act(obs)
@@ -109,10 +128,11 @@ def measure(config: InferenceBenchConfig, kind: str, actors: int, max_batch: int
     with (
         InferenceServer(
             policy_fn,
-            OBS,
-            ACT,
+            obs_space,
+            act_space,
             max_batch,
             config.timeout_ms,
+            config.device,
             max_restarts=0,
             outputs={"logprobs": ((), np.float32), "values": ((), np.float32)},
         ) as server,
@@ -121,7 +141,7 @@ def measure(config: InferenceBenchConfig, kind: str, actors: int, max_batch: int
         if kind == "thread":
 
             def actor(a: int) -> None:
-                obs = np.random.default_rng(a).standard_normal((envs, 4)).astype(np.float32)
+                obs = observations(config.network, envs, a)
                 ids = np.arange(envs)
                 logs.append(_closed_loop(lambda o: server.infer(a, ids, o), obs, total))
 
@@ -133,7 +153,7 @@ def measure(config: InferenceBenchConfig, kind: str, actors: int, max_batch: int
         else:
             paths = [os.path.join(tmp, f"{a}.npy") for a in range(actors)]
             for a in range(actors):
-                server.spawn(a, process_actor, envs, args=(envs, total, paths[a]))
+                server.spawn(a, process_actor, envs, args=(envs, total, paths[a], config.network))
             for a in range(actors):
                 server.join(a, timeout=total + 120)
             logs = [np.load(p) for p in paths]
@@ -207,9 +227,11 @@ def run(config: InferenceBenchConfig) -> int:
     ]
     from rich.table import Table
 
+    network = "64-64 MLP" if config.network == "mlp" else "Nature CNN"
     title = (
-        f"Inference server, 64-64 MLP actor-critic, {config.envs_per_actor} envs per request, "
-        f"timeout {config.timeout_ms:g} ms, {config.torch_threads} torch thread(s)"
+        f"Inference server, {network} actor-critic on {config.device}, "
+        f"{config.envs_per_actor} envs per request, timeout {config.timeout_ms:g} ms, "
+        f"{config.torch_threads} torch thread(s)"
     )
     table = Table(title=title)
     for h in header:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from onebox.bench import common
+from onebox.nn.accel import AccelFields
 
 CLEANRL_ATARI_SPS = 240.0
 """CleanRL's ppo_atari_envpool on Pong-v5 on a 2-core machine like this one, as given in the
@@ -25,7 +26,7 @@ project's reference (`shared/reference.md`); its script is not on PyPI, so it is
 
 
 @dataclasses.dataclass
-class TrainBenchConfig:
+class TrainBenchConfig(AccelFields):
     """PPO SPS per sampler mode, with the time split between envs, inference and learning."""
 
     env: str = "Pong-v5"
@@ -36,6 +37,8 @@ class TrainBenchConfig:
     """Timed updates per mode, after one warm-up update."""
     num_envs: int | None = None
     """Envs (default: the preset's; 8 for Atari)."""
+    num_steps: int | None = None
+    """PPO's steps per env in each rollout (default: the preset's; 128 for Atari)."""
     num_threads: int | None = None
     """Env pool threads (default: physical cores)."""
     torch_threads: int | None = None
@@ -65,7 +68,8 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
         fields: dict[str, Any] = {}
     else:
         module = ppo
-        base = ppo.Config(env=config.env, num_envs=config.num_envs, sampler=mode, total_steps=1)  # type: ignore[arg-type]
+        base = ppo.Config(env=config.env, num_envs=config.num_envs, num_steps=config.num_steps,
+                          sampler=mode, total_steps=1)  # type: ignore[arg-type]  # fmt: skip
         fields = {"num_threads": config.num_threads or None}
     base = module.resolve(base)
     batch = base.batch_size
@@ -74,6 +78,8 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
         total_steps=batch * (config.iterations + 1),
         torch_threads=config.torch_threads or base.torch_threads,
         device=config.device,
+        precision=config.precision,
+        compile=config.compile,
         runs_dir=str(root),
         name=f"bench-{mode}",
         checkpoint_minutes=0.0,

@@ -235,7 +235,9 @@ class PopulationEvaluator:
                 for size in self.sizes:
                     pool = self._make(size, size, min(self.num_threads, size))
                     pool.reset(seed=0)  # partial resets need a full one first
-                    self._groups.append(SlotGroup(pool, lo, size, self.net.obs_shape))
+                    self._groups.append(
+                        SlotGroup(pool, lo, size, self.net.obs_shape, self.net.device)
+                    )
                     lo += size
             return
         envs = []
@@ -248,7 +250,7 @@ class PopulationEvaluator:
         lo = 0
         for size, num_envs in zip(self.sizes, envs, strict=True):
             pool = self._make(num_envs, size, min(self.num_threads, num_envs))
-            self._groups.append(SlotGroup(pool, lo, size, self.net.obs_shape))
+            self._groups.append(SlotGroup(pool, lo, size, self.net.obs_shape, self.net.device))
             lo += size
 
     @property

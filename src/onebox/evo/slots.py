@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from onebox.nn.accel import Staging
 from onebox.nn.population import PopulationNet
 from onebox.run import TimeSplit
 
@@ -45,7 +46,9 @@ from onebox.run import TimeSplit
 class SlotGroup:
     """One slot group: a contiguous range of network slots and the engine pool behind them."""
 
-    def __init__(self, pool: Any, lo: int, size: int, obs_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, pool: Any, lo: int, size: int, obs_shape: tuple[int, ...], device: torch.device
+    ) -> None:
         self.pool, self.lo, self.size = pool, lo, size
         self.num_envs = pool.num_envs
         dtype = pool.single_observation_space.dtype
@@ -62,6 +65,7 @@ class SlotGroup:
         self.running = 0  # slots [0, running) play episodes; the rest are free
         self.idle: list[int] = []  # resets: envs without a pair, for the next pairs
         self.timing = TimeSplit()  # this group's env and inference seconds (it may run in a thread)
+        self.staging = Staging(device)  # on CUDA: pinned buffers, non-blocking copies
 
 
 class SlotPlayer:
@@ -277,7 +281,7 @@ class SlotPlayer:
             return False
         obs = g.obs[:n]
         with g.timing("inference"):
-            actions = self.net.act(torch.from_numpy(obs), slice(g.lo, g.lo + n))
+            actions = self.net.act(g.staging(obs), slice(g.lo, g.lo + n))
         if self._sums is not None:
             x = obs.astype(np.float64)
             pairs = g.slot_pair[:n]

@@ -26,6 +26,8 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from onebox.nn.accel import scale_images
+
 State = tuple[torch.Tensor, torch.Tensor]
 """An LSTM state `(h, c)`, each of shape (envs, hidden)."""
 
@@ -224,25 +226,38 @@ class ActorCritic(nn.Module):
         return zeros, zeros.clone()
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.image:
-            return self.torso(obs.float() * (1.0 / 255.0))
-        return self.torso(obs.float())
+        return self.torso(scale_images(obs) if self.image else obs.float())
 
     def _feed_forward(self) -> None:
         if self.core is not None:
             raise TypeError("this net has an LSTM core: use step() or unroll() with its state")
 
+    def _raw_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # float32 out, also under bfloat16 autocast: distributions and losses stay float32
+        logits = self.actor(self.actor_torso(x)).float()
+        return logits, self.critic(self.critic_torso(x)).squeeze(-1).float()
+
     def _heads(self, x: torch.Tensor) -> tuple[Categorical | Normal, torch.Tensor]:
-        logits = self.actor(self.actor_torso(x))
-        value = self.critic(self.critic_torso(x)).squeeze(-1)
+        out, value = self._raw_heads(x)
+        return self.distribution(out), value
+
+    def distribution(self, out: torch.Tensor) -> Categorical | Normal:
+        """The action distribution for the actor head's output (logits, or Gaussian means)."""
         if self.discrete:
-            return Categorical(logits=logits, validate_args=False), value
-        return Normal(logits, self.log_std.expand_as(logits).exp(), validate_args=False), value
+            return Categorical(logits=out, validate_args=False)
+        return Normal(out, self.log_std.expand_as(out).exp(), validate_args=False)
+
+    def outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A feed-forward net's whole forward pass as plain tensors, float32: (the actor head's
+        output, V(obs)); `distribution` makes the first a distribution. What `--compile`
+        compiles (`onebox.nn.accel`)."""
+        self._feed_forward()
+        return self._raw_heads(self._features(obs))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(obs), shape (batch,), of a feed-forward net."""
         self._feed_forward()
-        return self.critic(self.critic_torso(self._features(obs))).squeeze(-1)
+        return self.critic(self.critic_torso(self._features(obs))).squeeze(-1).float()
 
     def dist(self, obs: torch.Tensor) -> tuple[Categorical | Normal, torch.Tensor]:
         """The action distribution and V(obs) of a feed-forward net, in one pass."""
@@ -293,11 +308,12 @@ class ActorCritic(nn.Module):
         `starts` (envs,) marks envs whose observation begins an episode (None: none do)."""
         starts = None if starts is None else starts.reshape(1, -1)
         d, value, state = self.unroll(obs.unsqueeze(0), starts, state)
-        return (*self._pick(d, deterministic), value, state)
+        return (*self.pick(d, deterministic), value, state)
 
-    def _pick(
-        self, d: Categorical | Normal, deterministic: bool
+    def pick(
+        self, d: Categorical | Normal, deterministic: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(an action sampled from `d`, or its mode if `deterministic`; its log-probability)."""
         if not deterministic:
             action = d.sample()
         elif isinstance(d, Categorical):
@@ -323,7 +339,7 @@ class ActorCritic(nn.Module):
         """Sample (or take the mode of) an action of a feed-forward net: (action, log_prob,
         value)."""
         d, value = self.dist(obs)
-        return (*self._pick(d, deterministic), value)
+        return (*self.pick(d, deterministic), value)
 
 
 class QNetwork(nn.Module):
@@ -369,11 +385,10 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q(obs, .), shape (batch, actions)."""
-        x = obs.float() * (1.0 / 255.0) if self.image else obs.float()
-        x = self.trunk(x)
+        x = self.trunk(scale_images(obs) if self.image else obs.float())
         if self.value_head is None:
-            return self.head(x)
-        return dueling_q(self.value_head(x), self.head(x))
+            return self.head(x).float()  # float32 out, also under bfloat16 autocast
+        return dueling_q(self.value_head(x).float(), self.head(x).float())
 
 
 class RecurrentQNetwork(nn.Module):
@@ -498,8 +513,8 @@ class SquashedGaussianActor(nn.Module):
         """Mean and log std of the Gaussian before squashing."""
         x = self.trunk(obs.float().flatten(1))
         log_std = torch.tanh(self.log_std(x))
-        span = self.LOG_STD_MAX - self.LOG_STD_MIN
-        return self.mean(x), self.LOG_STD_MIN + 0.5 * span * (log_std + 1)
+        span = self.LOG_STD_MAX - self.LOG_STD_MIN  # float32 out, also under bfloat16 autocast
+        return self.mean(x).float(), self.LOG_STD_MIN + 0.5 * span * (log_std.float() + 1)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(action sampled with the reparameterization trick, its log-probability (batch,), the
@@ -534,7 +549,7 @@ class ContinuousQ(nn.Module):
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q(obs, action), shape (batch,)."""
         x = torch.cat([obs.float().flatten(1), action.float()], 1)
-        return self.head(self.trunk(x)).squeeze(-1)
+        return self.head(self.trunk(x)).squeeze(-1).float()  # float32, also under autocast
 
 
 def check_bounded_actions(action_space: spaces.Space) -> tuple[np.ndarray, np.ndarray]:

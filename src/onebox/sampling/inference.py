@@ -27,7 +27,9 @@ death), and calls `policy_fn(obs, (h, c)) -> (action, logprob, value, (h, c))`. 
 `policy_fn(obs) -> (action, logprob, value)`.
 
 The learner changes the weights in place inside `with server.updating(): ...`, which excludes
-concurrent inference and then increments `server.version`; every result carries the version that
+concurrent inference and then increments `server.version` (on CUDA the server runs on its own
+stream, `onebox.nn.accel.SideStream`, so its inference overlaps the learner's passes on the GPU,
+and the update is ordered against it on the GPU); every result carries the version that
 produced it, so samples record their behaviour version and the learner can log policy lag.
 """
 
@@ -49,6 +51,7 @@ import torch
 from gymnasium import spaces
 
 from onebox.envs.shm import Block
+from onebox.nn.accel import SideStream, Staging
 from onebox.sampling.actor_client import (
     DONE,
     REQUEST,
@@ -202,6 +205,8 @@ class InferenceServer:
         if context == "forkserver":
             self._sup.ctx.set_forkserver_preload(["onebox.sampling.inference"])
         self._weights = threading.Lock()
+        self._stream = SideStream(self.device)  # CUDA: inference on its own stream
+        self._staging = Staging(self.device)  # CUDA: pinned buffers, non-blocking copies
         self._inbox: collections.deque[_Request] = collections.deque()
         self._inbox_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
@@ -273,7 +278,7 @@ class InferenceServer:
     @contextlib.contextmanager
     def updating(self) -> Iterator[None]:
         """Hold off inference while the learner changes the weights; then bump `version`."""
-        with self._weights:
+        with self._weights, self._stream.exclusive():
             yield
             self.version += 1
 
@@ -355,6 +360,7 @@ class InferenceServer:
     # ---- the server thread -------------------------------------------------------------------
 
     def _serve(self) -> None:
+        self._stream.enter()
         waiting: list[_Request] = []
         count = 0
         while not self._closed:
@@ -464,7 +470,7 @@ class InferenceServer:
     def _run(self, batch: list[_Request], n: int) -> None:
         """One policy call for the requests of `batch` (n envs in all); answer each."""
         obs = batch[0].obs if len(batch) == 1 else np.concatenate([r.obs for r in batch])
-        x = torch.as_tensor(obs, device=self.device)
+        x = self._staging(obs)
         actor_ids = torch.as_tensor(
             np.concatenate([np.full(len(r.env_ids), r.actor, np.int64) for r in batch]),
             device=self.device,

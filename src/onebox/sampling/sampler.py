@@ -11,8 +11,9 @@ Two modes:
   step or two further: those steps open the next rollout, taken by the policy of the rollout
   that just ended (their stored log-probabilities are that policy's, as PPO's ratio needs).
 
-Observations go to the device as they come (uint8 images stay uint8 until the network); there is
-no Python loop over envs. The pool must use same-step autoreset: a truncated episode's final
+Observations go to the device as they come (uint8 images stay uint8 until the network; on CUDA
+through pinned buffers with non-blocking copies, `onebox.nn.accel.Staging`, so the one host wait
+per step is the one that fetches the actions); there is no Python loop over envs. The pool must use same-step autoreset: a truncated episode's final
 observation is then at hand, and the rollout records V(final obs) (`Rollout.final`) for the
 learner to bootstrap its last reward with (`Rollout.bootstrapped_rewards`); the sampler itself
 folds nothing into the rewards.
@@ -35,6 +36,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from onebox.envs.base import EnvPool, SeedLike
+from onebox.nn.accel import Staging
 from onebox.sampling.rollout import Rollout
 
 State = tuple[torch.Tensor, torch.Tensor]
@@ -171,6 +173,7 @@ class Sampler:
             raise ValueError(f"num_steps must be positive, got {num_steps}")
         self.envs, self.policy, self.num_steps = envs, policy, num_steps
         self.device = torch.device(device)
+        self._staging = Staging(self.device)  # pinned, non-blocking copies on CUDA
         self.double_buffered = double_buffered
         self.obs_transform, self.reward_transform = obs_transform, reward_transform
         self.timer = timer or (lambda name: contextlib.nullcontext())
@@ -335,7 +338,7 @@ class Sampler:
         """Choose actions for envs `ids` at step `rows` (an int or one per env) and store them."""
         assert obs is not None
         st = self._storage
-        index = _index(rows, ids)
+        index = self._index(rows, ids)
         with self.timer("inference"):
             if self.recurrent:
                 action, logprob, value = self._step(rows, ids, index, obs)
@@ -415,11 +418,19 @@ class Sampler:
             at = cut if positions is None else positions[cut]
             final[cut] = self._final_values(info, at, batch_ids[at])
         st = self._storage
-        index = _index(rows, ids)
+        index = self._index(rows, ids)
         for buf, x in ((st.rewards, np.asarray(reward, np.float32)), (st.terminated, terminated),
                        (st.truncated, truncated), (st.final["values"], final)):  # fmt: skip
-            buf[index] = torch.from_numpy(x).to(self.device)
+            buf[index] = self._staging(x)
         return self._to_device(obs, update=True)
+
+    def _index(self, rows: Any, ids: np.ndarray) -> tuple[Any, Any]:
+        """Where step `rows` of envs `ids` lives in the (T, N, ...) storage: a plain row for sync
+        sampling (step `rows` of every env), gathered (row, env) pairs for double buffering (index
+        tensors staged to the device: no host wait)."""
+        if isinstance(rows, int):
+            return rows, slice(None)
+        return self._staging(np.asarray(rows, np.int64)), self._staging(np.asarray(ids, np.int64))
 
     def _final_values(self, info: dict[str, Any], idx: np.ndarray, env: np.ndarray) -> np.ndarray:
         """V(final observation) of the truncated envs at positions `idx` within the batch (`env`:
@@ -438,12 +449,4 @@ class Sampler:
     def _to_device(self, obs: np.ndarray, update: bool) -> torch.Tensor:
         if self.obs_transform is not None:
             obs = self.obs_transform(obs, update)
-        return torch.as_tensor(obs, device=self.device)
-
-
-def _index(rows: Any, ids: np.ndarray) -> tuple[Any, Any]:
-    """Where step `rows` of envs `ids` lives in the (T, N, ...) storage: a plain row for sync
-    sampling (step `rows` of every env), gathered (row, env) pairs for double buffering."""
-    if isinstance(rows, int):
-        return rows, slice(None)
-    return torch.as_tensor(rows), torch.as_tensor(ids)
+        return self._staging(obs)

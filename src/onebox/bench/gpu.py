@@ -1,0 +1,414 @@
+"""`onebox bench gpu`: the GPU suite, one markdown report (`benchmarks/gpu.sh` installs onebox, runs
+the CUDA tests, then this).
+
+Parts, in order (each reuses the benchmark of its own `onebox bench` command):
+
+- envs: Pong-v5 env steps/s of the engine alone against EnvPool, same envs and threads.
+- train: PPO with the Atari preset (8 envs, sync), PPO with a throughput preset (double-buffered,
+  128 envs) in float32 and bf16, and APPO: SPS, the time split, and SPS as a share of the engine
+  alone stepping the same envs with random actions (goal: >= 60%).
+- evolve: 1,000 Nature CNNs on Pong-v5 in float32 and bfloat16, population frames/s against the
+  same pools stepped with random actions (goal: >= 90%).
+- inference: the inference server on the device serving 16 thread actors Nature-CNN requests.
+- policy: the inference call alone, a Nature-CNN (and MLP) actor-critic acting on a batch of 8 and
+  of 64 observations already on the device, actions fetched to the host: float32 eager and
+  compiled (`--compile`: CUDA graphs on a GPU), and bf16 at 64, with the first (compiling) call's
+  time.
+- learn: PPO on Pong-v5 with the throughput preset until the deadline (or `learn_minutes`): the
+  score reached and when (goal: a mean of 20 over 20 games within 8 minutes).
+
+With `--tiny` every size shrinks to seconds of work: a check of the whole pipeline (on a CPU,
+say). The report then says, at its top, that its numbers measure nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from onebox.bench import common
+
+Part = Literal["policy", "envs", "train", "inference", "evolve", "learn"]
+PARTS: tuple[Part, ...] = ("envs", "train", "evolve", "inference", "policy", "learn")
+ENV = "Pong-v5"
+FRAMES = 4  # frames per Pong-v5 step (frame skip)
+
+
+@dataclasses.dataclass
+class GpuBenchConfig:
+    """Run the GPU suite and write one markdown report, `OUT/report.md`."""
+
+    out: Path = Path("gpu-report")
+    """Folder of the report (and of the learning run's folder)."""
+    parts: tuple[Part, ...] = PARTS
+    """Parts to run (all by default), in the suite's order."""
+    device: str = "auto"
+    """Torch device; `auto` is CUDA, and no GPU is an error unless `--tiny --device cpu`."""
+    tiny: bool = False
+    """Tiny sizes: seconds of work per part, to check the pipeline; the report says so."""
+    env_threads: int = 16
+    """Engine threads (the evolution's two slot groups get half each)."""
+    networks: tuple[Literal["nature-cnn", "mlp"], ...] = ("nature-cnn",)
+    """Networks of the policy part."""
+    deadline: float | None = None
+    """Unix time by which the suite ends (gpu.sh: its start + 9 minutes); the learning run gets
+    what is left, at most `learn_minutes`."""
+    learn_minutes: float = 8.0
+    """Most wall minutes of the learning run."""
+    tests: Path | None = None
+    """A file with the CUDA tests' summary lines, quoted in the report."""
+    warning: Path | None = None
+    """A file whose text goes at the top of the report (gpu.sh: how onebox was installed, when
+    not from the tree)."""
+
+
+SIZES: dict[bool, dict[str, Any]] = {
+    False: dict(seconds=3.0, env_counts=(32, 128), iterations=3, throughput_envs=128, steps=None,
+                population=1000, slots=250, episode_cap=300, actors=16, actor_envs=32,
+                batches=(8, 64), learn_envs=64),
+    True: dict(seconds=0.3, env_counts=(4,), iterations=1, throughput_envs=4, steps=16, population=6,
+               slots=4, episode_cap=10, actors=2, actor_envs=2, batches=(2,), learn_envs=4),
+}  # fmt: skip
+"""The suite's sizes, full and `--tiny`."""
+
+
+def run(config: GpuBenchConfig) -> int:
+    """Run the parts asked for, write `OUT/report.md`, print where it is."""
+    from onebox.algos.common import resolve_device
+
+    device = resolve_device(config.device)
+    if device.type != "cuda" and not config.tiny and set(config.parts) != {"policy"}:
+        raise ValueError(
+            f"the GPU suite runs on CUDA, got {device}; for a dry run of the pipeline on this "
+            "machine pass --tiny --device cpu (or measure this device's inference call alone "
+            "with --parts policy)"
+        )
+    unknown = [p for p in config.parts if p not in PARTS]
+    if unknown:
+        raise ValueError(f"unknown parts {unknown}; choose from {', '.join(PARTS)}")
+    size = SIZES[config.tiny]
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    console = common.console()
+    sections = [_header(config, device)]
+    engine: dict[tuple[str, int], float] = {}
+    failed = []
+    for part in (p for p in PARTS if p in config.parts):
+        t0 = time.perf_counter()
+        console.print(f"[bold]{part}[/bold] ...")
+        if part != "learn" and config.deadline is not None and time.time() > config.deadline - 60:
+            body = f"## {part}\n\nSkipped: less than a minute was left before the deadline."
+        else:
+            try:
+                if part == "learn":
+                    body = part_learn(config, device, size, out)
+                else:
+                    body = PART_FNS[part](config, device, size, engine)
+            except Exception:  # the report says it, and the other parts still run
+                failed.append(part)
+                trace = traceback.format_exc().strip().splitlines()[-12:]
+                body = "\n".join([f"## {part}", "", "**Failed:**", "", "```", *trace, "```"])
+                console.print(f"[red]{part} failed[/red]:\n" + "\n".join(trace))
+        sections.append(f"{body}\n\n_{part}: {time.perf_counter() - t0:.0f} s of wall time._")
+        (out / "report.md").write_text("\n\n".join(sections) + "\n")  # what is done survives
+    console.print(f"wrote {out / 'report.md'}")
+    if failed:
+        console.print(f"[red]failed: {', '.join(failed)}[/red] (the report shows why)")
+        return 1
+    return 0
+
+
+def _header(config: GpuBenchConfig, device: torch.device) -> str:
+    machine = common.machine_info(("torch", "numpy", "gymnasium", "ale-py", "envpool"))
+    lines = ["# onebox GPU suite", ""]
+    if config.warning is not None and Path(config.warning).is_file():
+        lines += [f"**{Path(config.warning).read_text().strip()}**", ""]
+    if device.type != "cuda" and config.tiny:
+        lines += [f"**Ran on {device}, not a GPU, at tiny sizes (`--tiny`): a check of the "
+                  "pipeline. Its numbers measure nothing.**", ""]  # fmt: skip
+    elif device.type != "cuda":
+        lines += [f"**Ran on {device}, not a GPU: the inference call alone, on this CPU.**", ""]
+    elif config.tiny:
+        lines += [
+            "**Tiny sizes (`--tiny`): a check of the pipeline; the numbers mean little.**",
+            "",
+        ]
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        machine["gpu"] = f"{props.name}, {props.total_memory / 2**30:.0f} GiB, " + (
+            f"{props.multi_processor_count} SMs, CUDA {torch.version.cuda}"
+        )
+        machine["driver"] = _nvidia_smi("driver_version")
+    machine["cpu count"] = str(os.cpu_count())
+    machine["load"] = f"{os.getloadavg()[0]:.1f} (1-minute load average at the start)"
+    lines += [f"Date: {common.now()}", "", "Machine:", ""]
+    lines += [f"- {k}: {v}" for k, v in machine.items()]
+    lines += ["", f"Command: `{common.command_line('onebox bench gpu', config)}`"]
+    if config.tests is not None and Path(config.tests).is_file():
+        lines += ["", "## CUDA tests", "", "```", Path(config.tests).read_text().strip(), "```"]
+    return "\n".join(lines)
+
+
+def _nvidia_smi(field: str) -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)  # fmt: skip
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no nvidia-smi)"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    return common.markdown_table(header, rows, [False] + [True] * (len(header) - 1))
+
+
+# ---- policy: the inference call ----------------------------------------------------------------
+
+
+def part_policy(config: GpuBenchConfig, device: torch.device, size: dict, _: Any) -> str:
+    from onebox.bench.inference import observations, policy_net
+    from onebox.nn.accel import Accel
+
+    rows = []
+    for network in config.networks:
+        for batch in size["batches"]:
+            obs = torch.as_tensor(observations(network, batch, 0), device=device)
+            eager = None
+            variants = [("float32", False), ("float32", True)]
+            if batch == max(size["batches"]):  # bf16 at the largest batch only: compiling is slow
+                variants += [("bf16", False), ("bf16", True)]
+            for precision, compiled in variants:
+                net = policy_net(network, str(device))
+                policy = Accel(device, precision, compiled).policy(net)  # type: ignore[arg-type]
+                t0 = time.perf_counter()
+                policy.act(obs)[0].cpu()
+                first = time.perf_counter() - t0
+
+                def call(k: int, policy: Any = policy, obs: torch.Tensor = obs) -> None:
+                    for _ in range(k):
+                        policy.act(obs)[0].cpu()  # the one host wait: fetching the actions
+
+                rate = common.measure(call, 1, size["seconds"], warmup=0.5).rate
+                eager = eager if eager is not None else rate
+                rows.append([f"{network}, batch {batch}", precision,
+                             "compiled" if compiled else "eager", f"{1e3 / rate:.3f} ms",
+                             common.format_rate(rate * batch), common.format_ratio(rate / eager),
+                             f"{first:.1f} s"])  # fmt: skip
+    header = ["policy", "precision", "mode", "per call", "obs/s", "× eager float32", "first call"]
+    return "\n".join([
+        "## The inference call", "",
+        f"An actor-critic acting on a batch already on {device}, its actions fetched to the "
+        "host, per call (the mean over the measured window). Compiled: "
+        "`--compile` (torch.compile; on CUDA in reduce-overhead mode, a CUDA graph). First "
+        "call: its wall time, compilation included.", "",
+        _table(header, rows),
+    ])  # fmt: skip
+
+
+# ---- envs: the engine alone against EnvPool -----------------------------------------------------
+
+
+def _engine(config: GpuBenchConfig, size: dict, n: int, names: tuple[str, ...]) -> list[Any]:
+    from onebox.bench import envs
+
+    task = envs.Task(ENV, n, config.env_threads)
+    return [envs.measure_peer(p, task, size["seconds"], 0.5) for p in envs.select_peers(names)]
+
+
+def part_envs(config: GpuBenchConfig, device: torch.device, size: dict, engine: dict) -> str:
+    from onebox.bench import envs
+
+    results = []
+    for n in size["env_counts"]:
+        results += _engine(config, size, n, ("onebox-sync", "onebox-async", "envpool"))
+    for r in results:
+        if r.rate is not None:
+            engine[(r.peer.name, r.num_envs)] = r.rate
+    header, rows = envs.table_rows(results)
+    header.insert(3, "frames/s")
+    for row, r in zip(rows, results, strict=True):
+        row.insert(3, common.format_rate(FRAMES * r.rate) if r.rate else "-")
+    return "\n".join([
+        f"## {ENV}: the engine alone against EnvPool", "",
+        f"{config.env_threads} threads for both; async backends receive num_envs/2 envs per "
+        f"`recv`; random actions; {size['seconds']:g} s per measurement. Frames/s = "
+        f"{FRAMES} × steps/s (frame skip 4).", "",
+        _table(header, rows),
+    ])  # fmt: skip
+
+
+# ---- train: SPS and time split ------------------------------------------------------------------
+
+
+def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine: dict) -> str:
+    from onebox.algos import appo
+    from onebox.bench import train
+
+    n = size["throughput_envs"]
+    runs = [("PPO, Atari preset", "sync", None, "float32"),
+            ("PPO, throughput", "double", n, "float32"),
+            ("PPO, throughput", "double", n, "bf16"),
+            ("APPO", "appo", None, "float32")]  # fmt: skip
+    rows = []
+    with tempfile.TemporaryDirectory() as root:
+        for k, (label, mode, num_envs, precision) in enumerate(runs):
+            bench = train.TrainBenchConfig(env=ENV, modes=(mode,), iterations=size["iterations"],
+                                           num_envs=num_envs, num_steps=size["steps"],
+                                           num_threads=config.env_threads,
+                                           device=str(device), precision=precision)  # type: ignore[arg-type]  # fmt: skip
+            r = train.measure(bench, mode, Path(root) / str(k))
+            if mode == "appo":
+                c = appo.resolve(appo.Config(env=ENV, total_steps=1))
+                envs_total, peer = (c.actors or 1) * (c.envs_per_actor or 1), "onebox-async"
+            else:
+                envs_total = num_envs or 8
+                peer = "onebox-async" if mode == "double" else "onebox-sync"
+            alone = engine.get((peer, envs_total))
+            if alone is None:
+                alone = _engine(config, size, envs_total, (peer,))[0].rate
+                engine[(peer, envs_total)] = alone
+            share = r.sps / alone if alone else float("nan")
+            split = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(r.split.items()))
+            rows.append([f"{label} ({mode}, {envs_total} envs)", precision, str(r.batch),
+                         f"{r.sps:.0f}", f"{r.sps / r.batch:.2f}", split or "-",
+                         "-" if r.lag is None else f"{r.lag:.1f}", common.format_rate(alone),
+                         f"{100 * share:.0f}%", "met" if share >= 0.6 else "missed"])  # fmt: skip
+    header = ["run", "precision", "batch", "SPS", "updates/s", "time split", "policy lag",
+              "engine alone", "SPS / engine", "goal >= 60%"]  # fmt: skip
+    return "\n".join([
+        f"## Training throughput, {ENV}", "",
+        f"{size['iterations']} timed update(s) after one warm-up (`onebox bench train`); engine "
+        f"alone: the same number of envs stepped by onebox ({config.env_threads} threads) with "
+        "random actions, sync for the sync sampler, async otherwise. For APPO, SPS is also the "
+        "inference server's rate and updates/s the learner's, measured together.", "",
+        _table(header, rows),
+    ])  # fmt: skip
+
+
+# ---- inference server ---------------------------------------------------------------------------
+
+
+def part_inference(config: GpuBenchConfig, device: torch.device, size: dict, _: Any) -> str:
+    from onebox.bench import inference
+
+    actors, envs = size["actors"], size["actor_envs"]
+    bench = inference.InferenceBenchConfig(envs_per_actor=envs, seconds=size["seconds"],
+                                           network="nature-cnn", device=str(device))  # fmt: skip
+    rows = []
+    for max_batch in sorted({actors * envs // 2, actors * envs}):
+        r = inference.measure(bench, "thread", actors, max_batch)
+        rows.append([str(max_batch), common.format_rate(r.env_steps_per_s),
+                     common.format_rate(r.requests_per_s), f"{r.p50_ms:.2f} ms",
+                     f"{r.p99_ms:.2f} ms", f"{r.mean_batch:.0f}"])  # fmt: skip
+    header = ["max batch", "env steps/s", "requests/s", "p50", "p99", "mean batch"]
+    return "\n".join([
+        "## Inference server, Nature CNN", "",
+        f"{actors} thread actors, each sending {envs} random Pong frames per request in a "
+        f"closed loop, the server batching them on {device} (`onebox bench inference`).", "",
+        _table(header, rows),
+    ])  # fmt: skip
+
+
+# ---- evolve: population frames/s ----------------------------------------------------------------
+
+
+def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any) -> str:
+    from onebox.bench import evolve
+
+    rows = []
+    for dtype in ("float32", "bfloat16"):
+        bench = evolve.resolve(evolve.EvolveBenchConfig(
+            env=ENV, population=size["population"], num_slots=(size["slots"],),
+            max_episode_steps=size["episode_cap"], num_threads=max(1, config.env_threads // 2),
+            device=str(device), dtype=dtype, seconds=size["seconds"],
+        ))  # fmt: skip
+        pop, alone, infer, params = evolve.population_rate(bench, size["slots"])
+        share = pop / alone
+        rows.append([dtype, common.format_rate(pop), common.format_rate(alone),
+                     f"{100 * share:.0f}%", f"{100 * infer:.0f}%",
+                     "met" if share >= 0.9 else "missed"])  # fmt: skip
+    header = ["precision", "population frames/s", "env-only frames/s", "share", "inference share",
+              "goal >= 90%"]  # fmt: skip
+    return "\n".join([
+        f"## Evolution: {size['population']:,} Nature CNNs on {ENV}", "",
+        f"`onebox bench evolve`: {size['slots']} slots in two groups of "
+        f"{max(1, config.env_threads // 2)} engine threads, each env step its own individual's "
+        f"network ({params:,} parameters) on {device}; episodes capped at "
+        f"{size['episode_cap']} steps; env only: the same pools with random actions.", "",
+        _table(header, rows),
+    ])  # fmt: skip
+
+
+# ---- learn: PPO on Pong to 20 -------------------------------------------------------------------
+
+
+def part_learn(config: GpuBenchConfig, device: torch.device, size: dict, out: Path) -> str:
+    minutes = config.learn_minutes
+    if config.deadline is not None:
+        minutes = min(minutes, (config.deadline - time.time() - 30) / 60)
+    if minutes < 0.5:
+        return "## Learning run\n\nSkipped: less than half a minute was left before the deadline."
+    runs = out / "runs"
+    n = size["learn_envs"]
+    args = [sys.executable, "-m", "onebox", "train", "ppo", "--env", ENV, "--num-envs", str(n),
+            "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4",
+            "--sampler", "double", "--total-steps", "10000000", "--device", str(device),
+            "--num-threads", str(config.env_threads), "--runs-dir", str(runs), "--name", "learn",
+            "--checkpoint-minutes", "0", "--progress", "False"]  # fmt: skip
+    t0 = time.time()
+    with open(out / "learn.log", "w") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            proc.wait(timeout=60 * minutes)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)  # saves a checkpoint and exits
+            proc.wait(timeout=60)
+    wall = time.time() - t0
+    returns, sps = [], 0.0
+    metrics = runs / "learn" / "metrics.csv"
+    if metrics.is_file():
+        with open(metrics) as f:
+            for r in csv.DictReader(f):
+                if r["tag"] == "charts/episodic_return":
+                    returns.append((int(r["step"]), float(r["time"]), float(r["value"])))
+                elif r["tag"] == "charts/SPS":
+                    sps = float(r["value"])
+    lines = [f"## Learning run: PPO on {ENV}", "",
+             f"`{' '.join(args[1:])}`, stopped after {wall / 60:.1f} min (the budget: "
+             f"{minutes:.1f} min). Score: the mean of the last 20 whole games.", ""]  # fmt: skip
+    if len(returns) < 20:
+        return "\n".join([*lines, f"Fewer than 20 games finished ({len(returns)}); see learn.log."])
+    values = np.array([v for _, _, v in returns])
+    means = np.convolve(values, np.ones(20) / 20, "valid")
+    best = int(np.argmax(means))
+    reached = np.flatnonzero(means >= 20)
+    steps, seconds = returns[-1][0], returns[-1][1]
+    lines.append(f"Last score {means[-1]:.1f} at {steps:,} steps and {seconds / 60:.1f} min; "
+                 f"best {means[best]:.1f} at {returns[best + 19][1] / 60:.1f} min; "
+                 f"last SPS {sps:.0f}.")  # fmt: skip
+    if reached.size:
+        at = returns[reached[0] + 19]
+        lines.append(f"Goal: a score of 20 at {at[1] / 60:.1f} min ({at[0]:,} steps): "
+                     + ("met (<= 8 min)." if at[1] <= 480 else "missed (> 8 min)."))  # fmt: skip
+    else:
+        projected = 10_000_000 / sps / 60 if sps else float("nan")
+        lines.append(f"Goal: 20 not reached. Projected: {projected:.0f} min for the 10M steps "
+                     "in which CleanRL's PPO reaches 20.45 on Pong (shared/reference.md), at "
+                     "the last SPS.")  # fmt: skip
+    return "\n".join(lines)
+
+
+PART_FNS = {"policy": part_policy, "envs": part_envs, "train": part_train,
+            "inference": part_inference, "evolve": part_evolve}  # fmt: skip

@@ -1,0 +1,42 @@
+"""`onebox bench gpu` (the GPU suite) without a GPU: it refuses to pass a CPU off as a GPU, a
+`--tiny --device cpu` dry run says so at the top of its report, and parts past the deadline are
+reported skipped. (The whole dry run, every part: `benchmarks/gpu.sh OUT --tiny --device cpu`.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from onebox import cli
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU's refusals")
+
+
+def test_the_suite_refuses_a_cpu_unless_tiny(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "report"
+    assert cli.main(["bench", "gpu", "--device", "cpu", "--out", str(out)]) == 2
+    assert "--tiny --device cpu" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_tiny_cpu_run_says_so_and_measures(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    args = ["bench", "gpu", "--tiny", "--device", "cpu", "--out", str(out), "--env-threads", "1"]
+    assert cli.main([*args, "--parts", "envs"]) == 0
+    report = (out / "report.md").read_text()
+    assert "**Ran on cpu, not a GPU, at tiny sizes" in report
+    section = report.split("## Pong-v5: the engine alone against EnvPool", 1)[1]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| onebox")]
+    assert [row[0] for row in rows] == ["| onebox sync", "| onebox async"]
+    assert all(float(row[3].rstrip("k")) > 0 for row in rows)  # frames/s measured
+
+
+def test_parts_past_the_deadline_are_reported_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    assert cli.main(["bench", "gpu", "--tiny", "--device", "cpu", "--out", str(out),
+                     "--parts", "envs", "learn", "--deadline", "1"]) == 0  # fmt: skip
+    report = (out / "report.md").read_text()
+    assert "## envs\n\nSkipped: less than a minute was left before the deadline." in report
+    assert "## Learning run\n\nSkipped: less than half a minute" in report
