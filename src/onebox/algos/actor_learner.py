@@ -102,7 +102,16 @@ def train(
     `setup(config, observation space, action space, device)` builds the learner's parts; `keys`
     are those of its `state_dict`. The config's fields read here: env, env_options, seed,
     device, torch_threads, actors, max_batch, timeout_ms, process_actors, actor_restarts,
-    checkpoint_minutes, progress, track, wandb_project (plus open_run's)."""
+    checkpoint_minutes, progress, track, wandb_project (plus open_run's); with `ray` (a cluster
+    address, or None), actor_hosts: the actors run on Ray actor hosts
+    (`onebox.cluster.actor_hosts`), which need `Setup.local`."""
+    ray_address = getattr(config, "ray", None)  # a learner's config without it: no Ray
+    connected = False
+    if ray_address is not None:  # before the run folder: a bad address writes nothing
+        from onebox import cluster
+
+        resolve(config)
+        connected = cluster.connect(ray_address)
     config, run_dir, state = open_run(config, resume, algo, resolve, keys=keys + COUNTERS)
     device = resolve_device(config.device)
     seed_everything(config.seed)
@@ -131,11 +140,14 @@ def train(
                              device, lstm=spec.lstm, max_restarts=config.actor_restarts,
                              outputs=learner.outputs)  # fmt: skip
     server.version = updates
+    if ray_address is not None and parts.local is None:
+        raise ValueError(f"{algo} has no actor-side policy for --ray")
     weights = Weights(learner.net, updates) if parts.local is not None else None
     seeds = [seed0 + a * n for a in range(config.actors)]
     threads: list[ThreadActor] = []
     procs: ProcessActors | None = None
-    if not config.process_actors:
+    hosts: Any = None  # onebox.cluster.actor_hosts.RayActors, with --ray
+    if ray_address is None and not config.process_actors:
         for a in range(config.actors):
             infer = (
                 parts.local(a, weights) if parts.local is not None and weights is not None
@@ -170,6 +182,8 @@ def train(
                     raise RuntimeError(f"{actor.name} failed") from actor.error
             if procs is not None:
                 procs.check()
+            if hosts is not None:
+                hosts.check()
             return interrupt.requested
 
         try:
@@ -177,6 +191,13 @@ def train(
                 actor.start()
             if config.process_actors:
                 procs = ProcessActors(config.actors, spec, server, channel, seeds)
+            if ray_address is not None:
+                from onebox.cluster import actor_hosts, cpu_nodes
+
+                hosts = actor_hosts.RayActors(
+                    config.actors, config.actor_hosts or cpu_nodes(), spec, parts.local, weights,
+                    channel, seeds, config.actor_restarts, config.torch_threads or 1,
+                )  # fmt: skip
             while global_step < parts.total_steps and not interrupt.requested:
                 with split("wait"):
                     batch = channel.take(check)
@@ -197,12 +218,17 @@ def train(
                     stats.update({f"time/{k}": v for k, v in split.fractions().items()})
                     if procs is not None:
                         stats["charts/actor_restarts"] = procs.restarts()
+                    if hosts is not None:
+                        stats["charts/actor_restarts"] = hosts.restarts()
+                        stats.update(hosts.scalars())
                     logger.scalars(global_step, stats)
                 progress.update(global_step, logger.recent_return)
                 if checkpointer.due():
                     save()
             save()
         finally:
+            if hosts is not None:
+                hosts.close()
             if procs is not None:
                 procs.close()
             for actor in threads:
@@ -213,5 +239,7 @@ def train(
             if procs is not None:
                 procs.release()
             logger.close()
+            if connected:
+                cluster.disconnect(connected)
     run.plot_curves(run_dir)
     return run_dir
