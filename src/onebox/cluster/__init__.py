@@ -19,11 +19,11 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 def import_ray() -> Any:
-    """The `ray` module, or ImportError naming the extra that installs it."""
+    """The `ray` module; ValueError (bad input: `--ray`) naming the extra if it is missing."""
     try:
         import ray
-    except ImportError as e:
-        raise ImportError(f"--ray needs Ray, which is not installed: {EXTRA}") from e
+    except ImportError:
+        raise ValueError(f"--ray needs Ray, which is not installed: {EXTRA}") from None
     return ray
 
 
@@ -44,7 +44,7 @@ def check_flags(ray: str | None, hosts: int | None, flag: str, exclusive: dict[s
 
 
 def _reachable(address: str) -> None:
-    """Raise ConnectionError unless a TCP connection to HOST:PORT opens within the timeout (so
+    """Raise ValueError (bad input) unless a TCP connection to HOST:PORT opens within the timeout (so
     that a wrong address fails fast instead of waiting on Ray's own retries)."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
@@ -54,7 +54,7 @@ def _reachable(address: str) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as e:
-        raise ConnectionError(
+        raise ValueError(
             f"cannot reach a Ray cluster at {address} ({e}); start one with `ray start --head` "
             "and pass the address it prints, or `--ray auto` on a machine of the cluster"
         ) from None
@@ -62,7 +62,7 @@ def _reachable(address: str) -> None:
 
 def connect(address: str) -> bool:
     """Connect this process to the Ray cluster at `address` (`auto`: the one `ray start` runs on
-    this machine). A process already connected (a test's or a benchmark's cluster) keeps its
+    this machine); ValueError if Ray is missing or no cluster answers there. A process already connected (a test's or a benchmark's cluster) keeps its
     connection. Returns whether this call connected (then the caller disconnects at the end)."""
     ray = import_ray()
     if ray.is_initialized():
@@ -72,7 +72,7 @@ def connect(address: str) -> bool:
     try:
         ray.init(address=address, log_to_driver=False, logging_level="WARNING")
     except ConnectionError as e:
-        raise ConnectionError(
+        raise ValueError(
             f"no Ray cluster at --ray {address} ({e}); start one with `ray start --head`"
         ) from None
     return True

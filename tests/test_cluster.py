@@ -1,0 +1,167 @@
+"""Scale-out on Ray, on a local cluster of a head and two worker nodes (`ray.cluster_utils`):
+IMPALA and Ape-X with their actors on the workers (learning CartPole: slow), a worker node
+removed mid-run, ES and the GA giving the fitnesses of a run on one machine (a host killed
+between rounds included). The cluster starts once for the module."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")  # the `ray` extra (in `test`)
+from ray.cluster_utils import Cluster  # noqa: E402
+
+import onebox.envs  # noqa: E402
+from learning import last_mean, metric  # noqa: E402
+from onebox import cli, run  # noqa: E402
+from onebox.algos import apex  # noqa: E402
+from onebox.algos.launch import play  # noqa: E402
+from onebox.cluster.evolve_hosts import RayPopulation  # noqa: E402
+from onebox.evo import run as evo  # noqa: E402
+
+STORE = 200 * 2**20
+"""Object store bytes per node: small, on a machine shared with other work."""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head without CPUs (the learner is this process) and two worker nodes of 2 CPUs each:
+    one actor host fits on each, and a replacement on the one left when the other goes."""
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "object_store_memory": STORE, "include_dashboard": False})  # fmt: skip
+    for _ in range(2):
+        c.add_node(num_cpus=2, object_store_memory=STORE)
+    ray.init(address=c.address, log_to_driver=False)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def train(cluster: Cluster, tmp_path: Path, algo: str, *args: str) -> Path:
+    assert cli.main(["train", algo, "--ray", cluster.address, "--actor-hosts", "2",
+                     "--runs-dir", str(tmp_path), "--name", "run", *args]) == 0  # fmt: skip
+    return tmp_path / "run"
+
+
+def last(run_dir: Path, tag: str) -> float:
+    return metric(run_dir, tag)[-1][1]
+
+
+def test_impala_actors_on_two_nodes_feed_the_learner(cluster: Cluster, tmp_path: Path) -> None:
+    run_dir = train(cluster, tmp_path, "impala", "--env", "CartPole-v1", "--total-steps", "16000")
+    assert run.load_checkpoint(run_dir)["global_step"] == 16_000
+    # Both hosts sent unrolls (8 envs x 10 steps of 4-byte observations ...), lag stays small.
+    for h in (0, 1):
+        assert last(run_dir, f"hosts/{h}/unrolls_sent") > 0
+        assert 0 <= last(run_dir, f"hosts/{h}/policy_lag") < 20
+    assert last(run_dir, "charts/actor_restarts") == 0
+    assert last(run_dir, "charts/bytes_per_env_step") > 4 * 4 * 2  # obs and final obs at least
+
+
+def test_apex_actors_on_two_nodes_fill_the_replay_table(cluster: Cluster, tmp_path: Path) -> None:
+    run_dir = train(cluster, tmp_path, "apex", "--env", "CartPole-v1", "--total-steps", "6000",
+                    "--learning-starts", "1000")  # fmt: skip
+    assert run.load_checkpoint(run_dir)["global_step"] >= 6000
+    assert last(run_dir, "charts/replay_size") > 1000
+    assert all(last(run_dir, f"hosts/{h}/unrolls_sent") > 0 for h in (0, 1))
+
+
+@pytest.mark.slow
+def test_impala_learns_cartpole_on_two_nodes(cluster: Cluster, tmp_path: Path) -> None:
+    run_dir = train(cluster, tmp_path, "impala", "--env", "CartPole-v1", "--total-steps", "200000")
+    returns = np.array([v for _, v in metric(run_dir, "charts/episodic_return")])
+    assert np.convolve(returns, np.ones(20) / 20, "valid").max() >= 475  # as tests/test_impala
+
+
+@pytest.mark.slow
+def test_apex_learns_cartpole_on_two_nodes(cluster: Cluster, tmp_path: Path) -> None:
+    run_dir = train(cluster, tmp_path, "apex", "--env", "CartPole-v1", "--actors", "4")
+    with onebox.envs.make("CartPole-v1", 1, autoreset_mode="SameStep") as envs:
+        policy = apex.load_policy(run_dir, run.load_config(run_dir))
+        returns, _, _ = play(policy, envs, 20, seed=12345)
+    assert np.mean(returns) >= 475  # as tests/test_apex, the greedy policy
+    assert last_mean(run_dir, 20) >= 300
+
+
+def evolve_fitnesses(config: evo.AnyConfig, generations: int, hosts: int | None,
+                     kill: bool = False) -> tuple[list[np.ndarray], int, int]:  # fmt: skip
+    """Each generation's fitnesses, the frames used and the host replacements, evaluated on one
+    machine (`hosts` None) or on Ray hosts (`kill`: host 0 killed after the first round)."""
+    config = evo.resolve(config)
+    with evo.make_evaluator(config) as evaluator:
+        algo = evo.make_algorithm(config, evaluator)
+        step, population = evo.step_generation, None
+        if hosts is not None:
+            population = RayPopulation(config, hosts, algo, max_restarts=1)
+            step = population.step
+        out = []
+        for g in range(generations):
+            out.append(step(algo, evaluator).fitness.copy())
+            if kill and g == 0:
+                ray.kill(population.handles[0], no_restart=True)
+        restarts = population.restarts() if population else 0
+        if population is not None:
+            population.close()
+        return out, evaluator.frames, restarts
+
+
+@pytest.mark.parametrize(
+    ("config", "kill"),
+    [(evo.ESConfig(env="CartPole-v1", seed=3, num_threads=1), False),
+     (evo.GAConfig(env="CartPole-v1", seed=3, num_threads=1, population=24, truncation=4,
+                   elite_candidates=2), True)],
+    ids=["es", "ga-host-killed"],
+)  # fmt: skip
+def test_evolution_on_two_nodes_matches_one_machine(cluster, config, kill) -> None:
+    local, frames, _ = evolve_fitnesses(config, 3, None)
+    spread, spread_frames, restarts = evolve_fitnesses(config, 3, 2, kill=kill)
+    for a, b in zip(local, spread, strict=True):
+        np.testing.assert_array_equal(a, b)  # bit-identical
+    assert spread_frames == frames  # no round lost or counted twice
+    assert restarts == int(kill)
+
+
+def test_evolve_cli_on_ray_logs_the_local_runs_fitness(cluster, tmp_path: Path) -> None:
+    args = ["evolve", "es", "--env", "CartPole-v1", "--generations", "2", "--seed", "5",
+            "--num-threads", "1", "--runs-dir", str(tmp_path)]  # fmt: skip
+    assert cli.main([*args, "--name", "local"]) == 0
+    assert cli.main([*args, "--name", "ray", "--ray", cluster.address]) == 0  # a host per node
+    for tag in ("fitness/best", "fitness/mean", "fitness/score", "charts/frames"):
+        assert metric(tmp_path / "ray", tag) == metric(tmp_path / "local", tag)
+    assert metric(tmp_path / "ray", "charts/host_restarts")[-1][1] == 0
+
+
+def test_worker_node_removed_mid_run(cluster: Cluster, tmp_path: Path) -> None:
+    """One worker node goes while IMPALA trains: its host is replaced on the other node, the
+    learner goes on, the restart is counted and the run finishes with every step it asked for."""
+    run_dir = tmp_path / "run"
+    victim = cluster.list_all_nodes()[1]  # a worker (the head is first)
+    removed = threading.Event()
+
+    def remove_when_both_hosts_sent() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if all(metric(run_dir, f"hosts/{h}/unrolls_sent") for h in (0, 1)):
+                    break
+            except FileNotFoundError:
+                pass
+            time.sleep(0.2)
+        cluster.remove_node(victim)
+        removed.set()
+
+    remover = threading.Thread(target=remove_when_both_hosts_sent, daemon=True)
+    remover.start()
+    try:
+        train(cluster, tmp_path, "impala", "--env", "CartPole-v1", "--total-steps", "60000",
+              "--checkpoint-minutes", "0")  # fmt: skip
+    finally:
+        remover.join()
+        cluster.add_node(num_cpus=2, object_store_memory=STORE)  # the fixture's shape again
+    assert removed.is_set()
+    assert run.load_checkpoint(run_dir)["global_step"] == 60_000
+    assert last(run_dir, "charts/actor_restarts") >= 1
