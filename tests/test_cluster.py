@@ -5,6 +5,8 @@ between rounds included). The cluster starts once for the module."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -165,3 +167,29 @@ def test_worker_node_removed_mid_run(cluster: Cluster, tmp_path: Path) -> None:
     assert removed.is_set()
     assert run.load_checkpoint(run_dir)["global_step"] == 60_000
     assert last(run_dir, "charts/actor_restarts") >= 1
+
+
+def test_learner_killed_resumes_on_another_number_of_hosts(cluster, tmp_path: Path) -> None:
+    """The learner's process dies (SIGKILL): `onebox train --resume RUN --hosts 1` goes on from
+    its last checkpoint with one actor host instead of two and finishes the run."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "onebox", "train", "impala", "--env", "CartPole-v1",
+         "--total-steps", "40000", "--ray", cluster.address, "--actor-hosts", "2",
+         "--checkpoint-minutes", "0.002", "--runs-dir", str(tmp_path), "--name", "run"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoint.pt").exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    saved = run.load_checkpoint(run_dir)["global_step"]
+    assert 0 < saved < 40_000
+    assert cli.main(["train", "--resume", str(run_dir), "--hosts", "1"]) == 0
+    assert run.load_config(run_dir).actor_hosts == 1
+    assert run.load_checkpoint(run_dir)["global_step"] == 40_000
+    after = [s for s, _ in metric(run_dir, "hosts/0/unrolls_sent") if s > saved]
+    assert after and not [s for s, _ in metric(run_dir, "hosts/1/unrolls_sent") if s > saved]

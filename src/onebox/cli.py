@@ -11,6 +11,7 @@
     onebox bench evolve         population-evaluation frames/s
     onebox bench inference      inference server requests/s and latency
     onebox bench replay         prioritized replay against cpprb, Atari memory per transition
+    onebox bench ray            IMPALA steps/s with actors in process and on Ray actor hosts
 
 Commands form a tree: a `Group` (`bench`) holds commands, a `Command` (`envs`) is a leaf with a
 config dataclass, parsed by tyro (one docstring per field becomes its `--help`), and a function
@@ -74,6 +75,11 @@ class ResumeConfig:
 
     resume: str
     """The run folder, e.g. runs/CartPole-v1__ppo__1__20261121-120000."""
+    ray: str | None = None
+    """Continue on the Ray cluster at this address (a run of IMPALA, APPO, Ape-X or evolve),
+    e.g. a new one after the learner's machine died; config.json is updated."""
+    hosts: int | None = None
+    """With a run on Ray: continue with this many actor (or evaluation) hosts."""
 
 
 @dataclasses.dataclass
@@ -160,7 +166,7 @@ COMMANDS: dict[str, Command | Group] = {
     ),
     "bench": Group(
         "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `train`, `evolve`, "
-        "`inference`, `replay`.",
+        "`inference`, `replay`, `ray`.",
         {
             "envs": Command(
                 "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
@@ -186,6 +192,11 @@ COMMANDS: dict[str, Command | Group] = {
                 "Prioritized replay insert and sample+update rates against cpprb; Atari memory.",
                 config="onebox.bench.replay:ReplayBenchConfig",
                 run="onebox.bench.replay:run",
+            ),
+            "ray": Command(
+                "IMPALA env steps/s: actors in process against 2 and 4 Ray actor hosts.",
+                config="onebox.bench.cluster:RayBenchConfig",
+                run="onebox.bench.cluster:run",
             ),
         },
     ),

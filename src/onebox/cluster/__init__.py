@@ -8,7 +8,9 @@ without the `ray` extra works as before, and `--ray` without it fails with the c
 
 from __future__ import annotations
 
+import dataclasses
 import socket
+from pathlib import Path
 from typing import Any
 
 EXTRA = 'pip install "onebox[ray]"'
@@ -88,3 +90,20 @@ def cpu_nodes() -> int:
     """Alive nodes of the cluster that offer CPUs."""
     ray = import_ray()
     return sum(1 for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0)
+
+
+def rehost(run_dir: Path, config: Any, ray: str | None, hosts: int | None, field: str,
+           resolve: Any) -> None:  # fmt: skip
+    """`--resume RUN --ray ADDRESS --hosts N`: save the run's `config` with the cluster address
+    and its host count (`field`: actor_hosts or eval_hosts) replaced where given, once
+    `resolve` has checked it. Raises ValueError for a run that cannot go on Ray."""
+    if ray is None and hosts is None:
+        return
+    if not hasattr(config, field):
+        raise ValueError(f"--ray and --hosts: the run in {run_dir} cannot run on Ray")
+    changes: dict[str, Any] = {"ray": ray or config.ray, field: hosts or getattr(config, field)}
+    config = dataclasses.replace(config, **changes)
+    resolve(config)
+    from onebox.run import save_config
+
+    save_config(run_dir, config)

@@ -279,7 +279,9 @@ def open_resumed(run_dir: Path, config: AnyConfig) -> tuple[AnyConfig, dict[str,
 def resume(config: Any) -> int:
     """`onebox evolve --resume RUN`: continue an evolve run with its own settings."""
     run_dir = Path(config.resume)
-    return run(type(stored_config(run_dir))(resume=run_dir))  # every setting from config.json
+    stored = stored_config(run_dir)
+    cluster.rehost(run_dir, stored, config.ray, config.hosts, "eval_hosts", resolve)
+    return run(type(stored)(resume=run_dir))  # every setting from config.json
 
 
 def run(config: AnyConfig) -> int:
