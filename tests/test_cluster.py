@@ -22,8 +22,12 @@ from learning import last_mean, metric  # noqa: E402
 from onebox import cli, run  # noqa: E402
 from onebox.algos import apex  # noqa: E402
 from onebox.algos.launch import play  # noqa: E402
+from onebox.cluster import actor_hosts  # noqa: E402
 from onebox.cluster.evolve_hosts import RayPopulation  # noqa: E402
 from onebox.evo import run as evo  # noqa: E402
+from onebox.sampling.actors import Unroll  # noqa: E402
+from onebox.sampling.inference import InferResult  # noqa: E402
+from test_actors import run_collect, spec  # noqa: E402
 
 STORE = 200 * 2**20
 """Object store bytes per node: small, on a machine shared with other work."""
@@ -41,6 +45,30 @@ def cluster():
     yield c
     ray.shutdown()
     c.shutdown()
+
+
+def test_packed_unrolls_rebuild_their_final_observations() -> None:
+    """What crosses the network leaves out the final observations an unroll holds anyway; the
+    learner's copy is the actor's, array for array."""
+    s = spec(env_options={"max_episode_steps": 4})  # truncations (and terminations) inside
+
+    def random_policy(ids, obs, starts):
+        outputs = {
+            "logprobs": np.zeros(len(ids), np.float32),
+            "values": np.ones(len(ids), np.float32),
+        }
+        return InferResult(
+            np.random.default_rng(len(ids)).integers(0, 2, len(ids)), outputs, 0, None
+        )
+
+    for arrays in run_collect(s, random_policy):
+        unroll = Unroll.from_arrays({k: v for k, v in arrays.items() if k != "episodes"}, [], [])
+        packed = actor_hosts.pack(5, unroll)
+        actor, back = actor_hosts.unpack(packed)
+        assert actor == 5 and unroll.ends.any()
+        np.testing.assert_array_equal(back.final_obs, unroll.final_obs)
+        np.testing.assert_array_equal(back.obs, unroll.obs)
+        assert packed[3].nbytes < unroll.final_obs.nbytes / 2
 
 
 def train(cluster: Cluster, tmp_path: Path, algo: str, *args: str) -> Path:

@@ -24,6 +24,7 @@ Per host, the run logs `hosts/H/env_steps_per_s`, `unrolls_sent`, `bytes_sent` a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import threading
 import time
@@ -44,6 +45,29 @@ ANSWER_TIMEOUT_S = 120.0
 
 LocalFn = Callable[[int, Any], Any]
 """`Setup.local`: (actor index, weights) -> that actor's policy."""
+
+
+Packed = tuple[int, Unroll, np.ndarray, np.ndarray]
+"""An unroll as it crosses the network: (actor, the unroll with an empty `final_obs`, the flat
+(t * envs + env) indices of the steps that ended an episode, their final observations)."""
+
+
+def pack(actor: int, unroll: Unroll) -> Packed:
+    """Leave out the `final_obs` rows that repeat an observation the unroll holds anyway
+    (obs[t + 1], or `next_obs` after the last step): only episode ends keep theirs. This halves
+    what an image observation sends."""
+    ends = np.flatnonzero(unroll.ends.reshape(-1))
+    finals = unroll.final_obs.reshape(-1, *unroll.final_obs.shape[2:])[ends]
+    empty = np.empty(0, unroll.final_obs.dtype)
+    return actor, dataclasses.replace(unroll, final_obs=empty), ends, finals
+
+
+def unpack(packed: Packed) -> tuple[int, Unroll]:
+    """`pack`'s inverse: the actor and its unroll, `final_obs` rebuilt."""
+    actor, unroll, ends, finals = packed
+    final_obs = np.concatenate([unroll.obs[1:], unroll.next_obs[None]])
+    final_obs.reshape(-1, *final_obs.shape[2:])[ends] = finals
+    return actor, dataclasses.replace(unroll, final_obs=final_obs)
 
 
 def unroll_bytes(unroll: Unroll) -> int:
@@ -91,9 +115,9 @@ class ActorHost:
         for actor in self.actors:
             actor.start()
 
-    def take(self, version: int, state: dict[str, torch.Tensor] | None) -> list[tuple[int, Unroll]]:
-        """The unrolls finished since the last call (waiting up to `TAKE_WAIT_S` for one);
-        `state`: the learner's weights of `version`, when newer than the host's."""
+    def take(self, version: int, state: dict[str, torch.Tensor] | None) -> list[Packed]:
+        """The unrolls finished since the last call (waiting up to `TAKE_WAIT_S` for one),
+        packed; `state`: the learner's weights of `version`, when newer than the host's."""
         if state is not None:
             self.weights.latest = (version, state)
         for actor in self.actors:
@@ -106,7 +130,7 @@ class ActorHost:
                 out.append(self.queue.queue.get_nowait())
         except queue.Empty:
             pass
-        return out
+        return [pack(actor, unroll) for actor, unroll in out]
 
     def close(self) -> None:
         """Stop the actors."""
@@ -128,9 +152,10 @@ class _HostStats:
         self.since = time.perf_counter()
         self.rate, self.lag = 0.0, float("nan")
 
-    def add(self, unroll: Unroll, version: int) -> None:
+    def add(self, packed: Packed, version: int) -> None:
+        _, unroll, ends, finals = packed
         self.unrolls += 1
-        self.bytes += unroll_bytes(unroll)
+        self.bytes += unroll_bytes(unroll) + ends.nbytes + finals.nbytes
         self.steps += unroll.num_steps
         self.window_steps += unroll.num_steps
         self.lag_sum += float(np.mean(version - unroll.versions))
@@ -201,7 +226,7 @@ class RayActors:
         return self.remote.remote(self.spec, self.local, self.members[h], seeds, version, ref,
                                   self.torch_threads)  # fmt: skip
 
-    def _answer(self, h: int, version: int, state: Any) -> list[tuple[int, Unroll]] | None:
+    def _answer(self, h: int, version: int, state: Any) -> list[Packed] | None:
         """Host h's answer to one `take`; None once the run stops. Raises Ray's error when the
         host died, or TimeoutError when it did not answer in time."""
         ref = self.handles[h].take.remote(version, state)
@@ -230,9 +255,9 @@ class RayActors:
                 if got is None:
                     return
                 version_there = version
-                for actor, unroll in got:
-                    self.stats[h].add(unroll, self.weights.latest[0])
-                    self.channel.put(actor, unroll, self._stop)
+                for packed in got:
+                    self.stats[h].add(packed, self.weights.latest[0])
+                    self.channel.put(*unpack(packed), self._stop)
         except BaseException as e:  # handed to the learner, which raises it
             self.error = e
 
