@@ -82,8 +82,8 @@ def last(run_dir: Path, tag: str) -> float:
 
 
 def test_impala_actors_on_two_nodes_feed_the_learner(cluster: Cluster, tmp_path: Path) -> None:
-    run_dir = train(cluster, tmp_path, "impala", "--env", "CartPole-v1", "--total-steps", "16000")
-    assert run.load_checkpoint(run_dir)["global_step"] == 16_000
+    run_dir = train(cluster, tmp_path, "impala", "--env", "CartPole-v1", "--total-steps", "12000")
+    assert run.load_checkpoint(run_dir)["global_step"] == 12_000
     # Both hosts sent unrolls (8 envs x 10 steps of 4-byte observations ...), lag stays small.
     for h in (0, 1):
         assert last(run_dir, f"hosts/{h}/unrolls_sent") > 0
@@ -139,27 +139,27 @@ def evolve_fitnesses(config: evo.AnyConfig, generations: int, hosts: int | None,
         return out, evaluator.frames, restarts
 
 
-@pytest.mark.parametrize(
-    ("config", "kill"),
-    [(evo.ESConfig(env="CartPole-v1", seed=3, num_threads=1), False),
-     (evo.GAConfig(env="CartPole-v1", seed=3, num_threads=1, population=24, truncation=4,
-                   elite_candidates=2), True)],
-    ids=["es", "ga-host-killed"],
-)  # fmt: skip
-def test_evolution_on_two_nodes_matches_one_machine(cluster, config, kill) -> None:
+def test_ga_on_two_nodes_with_a_host_killed_matches_one_machine(cluster) -> None:
+    """The GA's rounds (population, then elite candidates) on two hosts, host 0 killed after
+    the first round: each generation's fitnesses are bit-identical to one machine's."""
+    config = evo.GAConfig(env="CartPole-v1", seed=3, num_threads=1, population=24, truncation=4,
+                          elite_candidates=2)  # fmt: skip
     local, frames, _ = evolve_fitnesses(config, 3, None)
-    spread, spread_frames, restarts = evolve_fitnesses(config, 3, 2, kill=kill)
+    spread, spread_frames, restarts = evolve_fitnesses(config, 3, 2, kill=True)
     for a, b in zip(local, spread, strict=True):
-        np.testing.assert_array_equal(a, b)  # bit-identical
+        np.testing.assert_array_equal(a, b)
     assert spread_frames == frames  # no round lost or counted twice
-    assert restarts == int(kill)
+    assert restarts == 1
 
 
-def test_evolve_cli_on_ray_logs_the_local_runs_fitness(cluster, tmp_path: Path) -> None:
+def test_es_on_two_nodes_logs_the_local_runs_fitness(cluster, tmp_path: Path) -> None:
+    """`onebox evolve es --ray`: ES with observation normalization (observation sums joined
+    from the hosts) logs exactly the fitnesses and frames of the same run on one machine."""
     args = ["evolve", "es", "--env", "CartPole-v1", "--generations", "2", "--seed", "5",
             "--num-threads", "1", "--runs-dir", str(tmp_path)]  # fmt: skip
     assert cli.main([*args, "--name", "local"]) == 0
     assert cli.main([*args, "--name", "ray", "--ray", cluster.address]) == 0  # a host per node
+    assert run.load_config(tmp_path / "ray").obs_norm
     for tag in ("fitness/best", "fitness/mean", "fitness/score", "charts/frames"):
         assert metric(tmp_path / "ray", tag) == metric(tmp_path / "local", tag)
     assert metric(tmp_path / "ray", "charts/host_restarts")[-1][1] == 0
@@ -187,13 +187,13 @@ def test_worker_node_removed_mid_run(cluster: Cluster, tmp_path: Path) -> None:
     remover = threading.Thread(target=remove_when_both_hosts_sent, daemon=True)
     remover.start()
     try:
-        train(cluster, tmp_path, "impala", "--env", "CartPole-v1", "--total-steps", "60000",
+        train(cluster, tmp_path, "impala", "--env", "CartPole-v1", "--total-steps", "40000",
               "--checkpoint-minutes", "0")  # fmt: skip
     finally:
         remover.join()
         cluster.add_node(num_cpus=2, object_store_memory=STORE)  # the fixture's shape again
     assert removed.is_set()
-    assert run.load_checkpoint(run_dir)["global_step"] == 60_000
+    assert run.load_checkpoint(run_dir)["global_step"] == 40_000
     assert last(run_dir, "charts/actor_restarts") >= 1
 
 
@@ -203,7 +203,7 @@ def test_learner_killed_resumes_on_another_number_of_hosts(cluster, tmp_path: Pa
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "onebox", "train", "impala", "--env", "CartPole-v1",
-         "--total-steps", "40000", "--ray", cluster.address, "--actor-hosts", "2",
+         "--total-steps", "24000", "--ray", cluster.address, "--actor-hosts", "2",
          "--checkpoint-minutes", "0.002", "--runs-dir", str(tmp_path), "--name", "run"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -215,9 +215,9 @@ def test_learner_killed_resumes_on_another_number_of_hosts(cluster, tmp_path: Pa
     proc.kill()
     proc.wait()
     saved = run.load_checkpoint(run_dir)["global_step"]
-    assert 0 < saved < 40_000
+    assert 0 < saved < 24_000
     assert cli.main(["train", "--resume", str(run_dir), "--hosts", "1"]) == 0
     assert run.load_config(run_dir).actor_hosts == 1
-    assert run.load_checkpoint(run_dir)["global_step"] == 40_000
+    assert run.load_checkpoint(run_dir)["global_step"] == 24_000
     after = [s for s, _ in metric(run_dir, "hosts/0/unrolls_sent") if s > saved]
     assert after and not [s for s, _ in metric(run_dir, "hosts/1/unrolls_sent") if s > saved]
