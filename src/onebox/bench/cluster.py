@@ -3,7 +3,8 @@ same actors on 2 and 4 Ray actor hosts of this machine, and the bytes sent per e
 
 Every case trains IMPALA with the same actors, envs per actor and unrolls (the env family's
 preset unless given), in a throwaway run folder; SPS is taken from the run's own `metrics.csv`,
-between its first and last log. In process: thread actors, each with its own synced copy of the
+between its last log and its first log at which every actor host had sent an unroll (Ray starts
+the host processes one after another). In process: thread actors, each with its own synced copy of the
 policy (`--inference local`, the per-actor path the Ray hosts run), and the central inference
 server (`--inference central`, the default on one machine). On Ray: a local Ray instance this
 command starts (`ray.init` with `--ray-cpus` CPUs and a small object store), each host one
@@ -63,10 +64,22 @@ def measure(config: RayBenchConfig, case: str, root: Path, n: int) -> tuple[floa
     run_dir = impala.train(run_config)
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    sps = [(int(r["step"]), float(r["time"])) for r in rows if r["tag"] == "charts/SPS"]
+    # From the first log at which every actor host has sent an unroll (they start one by one).
+    hosts = {r["tag"].split("/")[1] for r in rows if r["tag"].startswith("hosts/")}
+    sent: dict[str, int] = {}
+    begin = 0
+    for r in rows:
+        if r["tag"].endswith("/unrolls_sent") and float(r["value"]) > 0:
+            sent.setdefault(r["tag"].split("/")[1], int(r["step"]))
+    if hosts:
+        begin = max(sent.get(h, 2**62) for h in hosts)
+    sps = [(int(r["step"]), float(r["time"])) for r in rows
+           if r["tag"] == "charts/SPS" and int(r["step"]) >= begin]  # fmt: skip
+    if len(sps) < 2:
+        raise RuntimeError(f"{case}: too few logs after every host started; raise --total-steps")
     (s0, t0), (s1, t1) = sps[0], sps[-1]
-    sent = [float(r["value"]) for r in rows if r["tag"] == "charts/bytes_per_env_step"]
-    return (s1 - s0) / (t1 - t0), (sent[-1] if sent else None)
+    per_step = [float(r["value"]) for r in rows if r["tag"] == "charts/bytes_per_env_step"]
+    return (s1 - s0) / (t1 - t0), (per_step[-1] if per_step else None)
 
 
 def run(config: RayBenchConfig) -> int:
