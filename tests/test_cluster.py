@@ -5,6 +5,7 @@ between rounds included). The cluster starts once for the module."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import threading
@@ -33,14 +34,27 @@ STORE = 200 * 2**20
 """Object store bytes per node: small, on a machine shared with other work."""
 
 
+def start_cluster() -> Cluster:
+    """A head without CPUs (the learner is this process) and two worker nodes of 2 CPUs each:
+    one actor host fits on each, and a replacement on the one left when the other goes. Ray
+    gives a node 30 s to register; on a machine busy with other work that can pass, so up to
+    three tries."""
+    for attempt in itertools.count(1):
+        c = Cluster()
+        try:
+            c.add_node(num_cpus=0, object_store_memory=STORE, include_dashboard=False)
+            for _ in range(2):
+                c.add_node(num_cpus=2, object_store_memory=STORE)
+            return c
+        except Exception:
+            c.shutdown()
+            if attempt == 3:
+                raise
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    """A head without CPUs (the learner is this process) and two worker nodes of 2 CPUs each:
-    one actor host fits on each, and a replacement on the one left when the other goes."""
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "object_store_memory": STORE, "include_dashboard": False})  # fmt: skip
-    for _ in range(2):
-        c.add_node(num_cpus=2, object_store_memory=STORE)
+    c = start_cluster()
     ray.init(address=c.address, log_to_driver=False)
     yield c
     ray.shutdown()

@@ -141,8 +141,9 @@ class ActorHost:
 
 
 class _HostStats:
-    """What the learner has received from one host: totals over the run, and the rate and
-    policy lag over the latest window of at least `WINDOW_S` seconds."""
+    """What the learner has received from one host: totals over the run, the rate over the
+    latest window of at least `WINDOW_S` seconds, and the policy lag of the unrolls received
+    since the last log."""
 
     WINDOW_S = 2.0
 
@@ -166,9 +167,10 @@ class _HostStats:
         now = time.perf_counter()
         if now - self.since >= self.WINDOW_S:
             self.rate = self.window_steps / (now - self.since)
-            if self.lag_count:
-                self.lag = self.lag_sum / self.lag_count
-            self.window_steps, self.lag_sum, self.lag_count, self.since = 0, 0.0, 0, now
+            self.window_steps, self.since = 0, now
+        if self.lag_count:
+            self.lag = self.lag_sum / self.lag_count
+            self.lag_sum, self.lag_count = 0.0, 0
         out = {
             f"hosts/{h}/env_steps_per_s": self.rate,
             f"hosts/{h}/unrolls_sent": float(self.unrolls),
