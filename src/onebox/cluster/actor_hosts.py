@@ -3,8 +3,9 @@
     learner node (the driver):  learner, channel (FIFO or replay), one pump thread per host
         ^ unrolls                 | versioned weights (Ray's object store, once per version)
         |                         v
-    actor host h (a Ray actor process on any node): its actors (threads, each an env pool and
-        a node-local copy of the policy, `Setup.local`), a bounded queue of finished unrolls
+    actor host h (a Ray actor process on any node): its actors (threads, each an env pool), a
+        node-local copy of the policy (`Setup.local`; with several actors behind the host's own
+        inference server, which batches their requests), a bounded queue of finished unrolls
 
 Each pump asks its host for the unrolls finished since its last call (`ActorHost.take`), handing
 it the learner's newest weights when the host's copy is older, and puts them on the channel.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import queue
 import threading
 import time
@@ -36,6 +38,7 @@ import torch
 
 from onebox.cluster import import_ray
 from onebox.sampling.actors import ActorSpec, ThreadActor, Unroll, Weights
+from onebox.sampling.inference import InferenceServer
 
 TAKE_WAIT_S = 1.0
 """How long a host's `take` waits for a first unroll before it answers with none."""
@@ -103,23 +106,42 @@ class _HostQueue:
 
 class ActorHost:
     """One actor host (run as a Ray actor): threads for `actors`, each with an env pool seeded
-    `seeds[i]` and the policy `local(actor, weights)` gives, feeding a queue of `capacity`."""
+    `seeds[i]`, feeding a queue of one unroll per actor. One actor calls its policy
+    `local(actor, weights)` directly; several share one copy of it behind a node-local
+    `InferenceServer`, which merges their requests into one forward pass."""
 
     def __init__(self, spec: ActorSpec, local: LocalFn, actors: list[int], seeds: list[int],
                  version: int, state: dict[str, torch.Tensor], torch_threads: int) -> None:  # fmt: skip
         torch.set_num_threads(torch_threads)
         self.weights = _HostWeights(version, state)
         self.queue = _HostQueue(capacity=len(actors))
-        self.actors = [ThreadActor(a, spec, local(a, self.weights), self.queue, seed)
-                       for a, seed in zip(actors, seeds, strict=True)]  # fmt: skip
+        self.server: InferenceServer | None = None
+        policy = local(actors[0], self.weights)
+        infers = [policy]
+        if len(actors) > 1:
+            policy.net.load_state_dict(state)
+            with spec.make_pool(seeds[0], num_envs=1) as probe:
+                spaces = (probe.single_observation_space, probe.single_action_space)
+            self.server = InferenceServer(policy.policy, *spaces, len(actors) * spec.num_envs,
+                                          device=policy.device, lstm=spec.lstm,
+                                          outputs=spec.outputs)  # fmt: skip
+            self.server.version = version
+            self.net = policy.net
+            infers = [functools.partial(self.server.infer, a) for a in actors]
+        self.actors = [ThreadActor(a, spec, infer, self.queue, seed)
+                       for a, infer, seed in zip(actors, infers, seeds, strict=True)]  # fmt: skip
         for actor in self.actors:
             actor.start()
 
     def take(self, version: int, state: dict[str, torch.Tensor] | None) -> list[Packed]:
         """The unrolls finished since the last call (waiting up to `TAKE_WAIT_S` for one),
         packed; `state`: the learner's weights of `version`, when newer than the host's."""
-        if state is not None:
-            self.weights.latest = (version, state)
+        if state is not None and self.server is None:
+            self.weights.latest = (version, state)  # the actor's policy loads them
+        elif state is not None and self.server is not None:
+            with self.server.updating():  # which then bumps the version to `version`
+                self.net.load_state_dict(state)
+                self.server.version = version - 1
         for actor in self.actors:
             if actor.error is not None:
                 raise RuntimeError(f"{actor.name} failed") from actor.error
@@ -133,9 +155,11 @@ class ActorHost:
         return [pack(actor, unroll) for actor, unroll in out]
 
     def close(self) -> None:
-        """Stop the actors."""
+        """Stop the actors (and the host's inference server)."""
         for actor in self.actors:
             actor.stop.set()
+        if self.server is not None:
+            self.server.close()  # fails requests still waiting, so that no actor hangs
         for actor in self.actors:
             actor.join()
 
