@@ -5,10 +5,10 @@ Every case trains IMPALA with the same actors, envs per actor and unrolls (the e
 preset unless given), in a throwaway run folder; SPS is taken from the run's own `metrics.csv`,
 between its last log and its first log at which every actor host had sent an unroll (Ray starts
 the host processes one after another). In process: thread actors, each with its own synced copy of the
-policy (`--inference local`, the per-actor path the Ray hosts run), and the central inference
-server (`--inference central`, the default on one machine). On Ray: a local Ray instance this
-command starts (`ray.init` with `--ray-cpus` CPUs and a small object store), each host one
-process. Rounds interleave the cases, so that load from elsewhere falls on all of them.
+policy (`--inference local`), and the central inference server (`--inference central`, the
+default on one machine). On Ray: a local Ray instance this command starts (`ray.init` with
+`--ray-cpus` CPUs and a small object store), each host one process with one copy of the policy,
+behind the host's own inference server where it runs several actors. Rounds interleave the cases, so that load from elsewhere falls on all of them.
 """
 
 from __future__ import annotations
@@ -135,7 +135,8 @@ def run(config: RayBenchConfig) -> int:
             f"{config.actors} actors in every case, IMPALA's preset otherwise, "
             f"{config.total_steps:,} env steps per run, {config.rounds} interleaved rounds "
             f"(each round's figure in `rounds`). Ray: a local instance with {cpus} CPUs, one "
-            "process per host. Bytes sent: the unrolls' arrays that reached the learner, per env "
+            "process per host, its actors served by the host's own inference server when it runs "
+            "several (one actor calls its policy copy directly). Bytes sent: the unrolls' arrays that reached the learner, per env "
             "step (weights going the other way are not counted).",
             "",
             f"1-minute load average when the run began: {load:.1f}.",
