@@ -14,6 +14,7 @@
     onebox bench dqn            DQN steps/s against CleanRL's dqn_atari.py
     onebox bench apex           Ape-X learner updates/s alone and beside its actors
     onebox bench gpu            the GPU suite: one markdown report
+    onebox bench ray            IMPALA steps/s with actors in process and on Ray actor hosts
 
 Commands form a tree: a `Group` (`bench`) holds commands, a `Command` (`envs`) is a leaf with a
 config dataclass, parsed by tyro (one docstring per field becomes its `--help`), and a function
@@ -77,6 +78,11 @@ class ResumeConfig:
 
     resume: str
     """The run folder, e.g. runs/CartPole-v1__ppo__1__20261121-120000."""
+    ray: str | None = None
+    """Continue on the Ray cluster at this address (a run of IMPALA, APPO, Ape-X or evolve),
+    e.g. a new one after the learner's machine died; config.json is updated."""
+    hosts: int | None = None
+    """With a run on Ray: continue with this many actor (or evaluation) hosts."""
 
 
 @dataclasses.dataclass
@@ -169,7 +175,7 @@ COMMANDS: dict[str, Command | Group] = {
     ),
     "bench": Group(
         "Benchmarks: `envs` (env steps/s against Gymnasium and EnvPool), `train`, `evolve`, "
-        "`inference`, `replay`, `dqn`, `apex`, `gpu` (the GPU suite).",
+        "`inference`, `replay`, `dqn`, `apex`, `gpu` (the GPU suite), `ray`.",
         {
             "envs": Command(
                 "Env steps/s of onebox sync and async next to Gymnasium and EnvPool.",
@@ -210,6 +216,11 @@ COMMANDS: dict[str, Command | Group] = {
                 "Ape-X learner updates/s alone and with 1, 2, 4 actors beside it.",
                 config="onebox.bench.apex:ApexBenchConfig",
                 run="onebox.bench.apex:run",
+            ),
+            "ray": Command(
+                "IMPALA env steps/s: actors in process against 2 and 4 Ray actor hosts.",
+                config="onebox.bench.cluster:RayBenchConfig",
+                run="onebox.bench.cluster:run",
             ),
         },
     ),

@@ -100,9 +100,33 @@ def train(
     `setup(config, observation space, action space, device)` builds the learner's parts; `keys`
     are those of its `state_dict`. The config is a `TorchConfig` with the fields actors,
     max_batch, timeout_ms, process_actors, actor_restarts (and save_replay with a replay
-    channel)."""
+    channel); with `ray` (a cluster address, or None; a config without the field: no Ray) and
+    actor_hosts, the actors run on Ray actor hosts (`onebox.cluster.actor_hosts`), which need
+    `Setup.local`."""
     session = run.RunSession.open(config, resume, algo, resolve, keys=(*keys, "updates"))
     config, state = session.config, session.checkpoint
+    ray_address = getattr(config, "ray", None)
+    connected = False
+    if ray_address is not None:  # before the run folder: a bad address writes nothing
+        from onebox import cluster
+
+        connected = cluster.connect(ray_address)
+    try:
+        return _train(session, config, state, algo, setup, ray_address)
+    finally:
+        if connected:
+            cluster.disconnect(connected)
+
+
+def _train(
+    session: run.RunSession,
+    config: Any,
+    state: dict[str, Any] | None,
+    algo: str,
+    setup: Callable[[Any, Any, Any, torch.device], Setup],
+    ray_address: str | None,
+) -> Path:
+    """`train`'s loop, on an opened session (and a connected cluster with `ray_address`)."""
     device = setup_torch(config)
     probe_spec = ActorSpec(env=config.env, num_envs=1, num_threads=1,
                            env_options=parse_env_options(config.env_options), unroll=1,
@@ -138,11 +162,14 @@ def train(
                                  max_restarts=config.actor_restarts,
                                  outputs=learner.outputs)  # fmt: skip
         server.version = updates
+        if ray_address is not None and parts.local is None:
+            raise ValueError(f"{algo} has no actor-side policy for --ray")
         weights = Weights(learner.net, updates) if parts.local is not None else None
         seeds = [seed0 + a * n for a in range(config.actors)]
         threads: list[ThreadActor] = []
         procs: ProcessActors | None = None
-        if not config.process_actors:
+        hosts: Any = None  # onebox.cluster.actor_hosts.RayActors, with --ray
+        if ray_address is None and not config.process_actors:
             for a in range(config.actors):
                 infer = (
                     parts.local(a, weights) if parts.local is not None and weights is not None
@@ -156,6 +183,8 @@ def train(
                     raise RuntimeError(f"{actor.name} failed") from actor.error
             if procs is not None:
                 procs.check()
+            if hosts is not None:
+                hosts.check()
             return session.stopping
 
         try:
@@ -163,6 +192,13 @@ def train(
                 actor.start()
             if config.process_actors:
                 procs = ProcessActors(config.actors, spec, server, channel, seeds)
+            if ray_address is not None:
+                from onebox.cluster import actor_hosts, cpu_nodes
+
+                hosts = actor_hosts.RayActors(
+                    config.actors, config.actor_hosts or cpu_nodes(), spec, parts.local, weights,
+                    channel, seeds, config.actor_restarts, config.torch_threads or 1,
+                )  # fmt: skip
             while global_step < parts.total_steps and not session.stopping:
                 with session.timer("wait"):
                     batch = channel.take(check)
@@ -180,9 +216,14 @@ def train(
                     stats.update({"charts/updates": updates, **session.rates(global_step)})
                     if procs is not None:
                         stats["charts/actor_restarts"] = procs.restarts()
+                    if hosts is not None:
+                        stats["charts/actor_restarts"] = hosts.restarts()
+                        stats.update(hosts.scalars())
                     session.log(global_step, stats)
                 session.update(global_step)
         finally:
+            if hosts is not None:
+                hosts.close()
             if procs is not None:
                 procs.close()
             for actor in threads:

@@ -27,8 +27,10 @@ transitions again, and says so in its log.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -37,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from onebox import run
+from onebox import cluster, run
 from onebox.algos import actor_learner, offpolicy
 from onebox.algos.common import (
     adam,
@@ -52,7 +54,7 @@ from onebox.nn.networks import QNetwork
 from onebox.replay import ReplayBatch, ReplayBuffer
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets
-from onebox.sampling.actors import ActorSpec
+from onebox.sampling.actors import ActorSpec, LocalPolicy, Weights
 from onebox.sampling.channels import ReplayChannel
 from onebox.sampling.inference import InferenceServer
 
@@ -105,7 +107,16 @@ class Config(TorchConfig, AccelFields):
     """Run each actor in its own process (its env pool included), talking to the inference
     server through shared memory; an actor that dies is restarted."""
     actor_restarts: int = 3
-    """With `--process-actors`: how often one actor may be restarted before the run fails."""
+    """With `--process-actors` or `--ray`: how often one actor (or actor host) may be restarted
+    before the run fails."""
+    ray: str | None = None
+    """Run the actors on the Ray cluster at this address (HOST:PORT, as `ray start --head`
+    prints it, or `auto`: the cluster of this machine), each host with its own copy of the
+    Q-network; the learner and the replay table stay in this process. Needs
+    `pip install "onebox[ray]"`; see docs/cluster.md."""
+    actor_hosts: int | None = None
+    """With `--ray`: Ray actor processes that run the `--actors` between them (default: one per
+    node of the cluster)."""
     max_batch: int = 1024
     """Inference server: most envs per forward pass."""
     timeout_ms: float = 1.0
@@ -187,6 +198,8 @@ def resolve(config: Config) -> Config:
         raise ValueError("--priority-alpha must be >= 0 and --priority-beta in [0, 1]")
     if config.actor_restarts < 0:
         raise ValueError(f"--actor-restarts must be >= 0, got {config.actor_restarts}")
+    cluster.check_flags(config.ray, config.actor_hosts, "--actor-hosts",
+                        {"--process-actors": config.process_actors})  # fmt: skip
     return config
 
 
@@ -194,6 +207,39 @@ def actor_epsilons(actors: int, base: float = 0.4, alpha: float = 7.0) -> np.nda
     """Ape-X's exploration: actor i of N explores with base ** (1 + alpha * i / (N - 1))."""
     i = np.arange(actors)
     return base ** (1 + alpha * i / max(actors - 1, 1))
+
+
+def epsilon_greedy(
+    net: QNetwork,
+    epsilons: torch.Tensor,
+    generator: torch.Generator,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> Any:
+    """`net` as a `PolicyFn`: epsilon-greedy actions, each row with its actor's epsilon, and the
+    Q-values (the forward pass inside `autocast()`: the run's precision)."""
+
+    def policy(obs: torch.Tensor, actor_ids: torch.Tensor, env_ids: torch.Tensor) -> Any:
+        with autocast():
+            q = net(obs)
+        n = len(obs)
+        explore = torch.rand(n, device=q.device, generator=generator) < epsilons[actor_ids]
+        random = torch.randint(0, net.num_actions, (n,), device=q.device, generator=generator)
+        return {"actions": torch.where(explore, random, q.argmax(-1)), "q": q}
+
+    return policy
+
+
+def local_policy(net: QNetwork, epsilons: torch.Tensor, seed: int, num_envs: int) -> Any:
+    """`Setup.local` of Ape-X (actors on Ray hosts): each actor gets its own copy of `net`, run
+    epsilon-greedily with its own epsilon and random stream."""
+
+    def local(actor: int, weights: Weights) -> LocalPolicy:
+        copy_ = copy.deepcopy(net).requires_grad_(False)
+        gen = torch.Generator(next(copy_.parameters()).device).manual_seed(seed + 7919 * actor)
+        policy = epsilon_greedy(copy_, epsilons.to(gen.device), gen)
+        return LocalPolicy(weights, copy_, num_envs, actor, policy=policy)
+
+    return local
 
 
 class Learner:
@@ -214,14 +260,7 @@ class Learner:
         self.accel = Accel.of(config, device)
         self.accel.setup()
 
-    def policy(self, obs: torch.Tensor, actor_ids: torch.Tensor, env_ids: torch.Tensor) -> Any:
-        """Epsilon-greedy actions, each row with its actor's epsilon, and the Q-values."""
-        with self.accel.autocast():
-            q = self.net(obs)
-        n, g = len(obs), self.generator
-        explore = torch.rand(n, device=q.device, generator=g) < self.epsilons[actor_ids]
-        random = torch.randint(0, self.net.num_actions, (n,), device=q.device, generator=g)
-        return {"actions": torch.where(explore, random, q.argmax(-1)), "q": q}
+        self.policy = epsilon_greedy(self.net, self.epsilons, self.generator, self.accel.autocast)
 
     def update(self, batch: ReplayBatch, server: InferenceServer) -> dict[str, float]:
         c = self.config
@@ -298,6 +337,7 @@ def setup(
         replay=channel,
         total_steps=config.total_steps or 0,
         log_every=100,
+        local=local_policy(learner.net, learner.epsilons, config.seed, n) if config.ray else None,
         note=rate_note(config),
     )
 
@@ -308,10 +348,10 @@ def rate_note(config: Config) -> str:
     if not spi:
         return "actors run free (--samples-per-insert 0): nothing holds them to the learner's pace"
     return (
-        f"actors are rate-limited (--samples-per-insert {spi:g}): they wait while the "
-        f"transitions they inserted exceed those the learner sampled / {spi:g}, plus "
-        f"learning_starts and one unroll per actor, so that they leave the learner its share "
-        "of the cores; --samples-per-insert 0 lets them run free"
+        f"actors are rate-limited (--samples-per-insert {spi:g}): once the learner has started, "
+        f"they wait while the transitions they inserted since exceed those the learner sampled "
+        f"/ {spi:g}, plus one unroll per actor, so that they leave the learner its share of the "
+        "cores; --samples-per-insert 0 lets them run free"
     )
 
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 import onebox.envs
-from onebox import run
+from onebox import cluster, run
 from onebox.algos import actor_learner
 from onebox.algos.common import (
     check_lstm,
@@ -104,13 +104,21 @@ class Config(TorchConfig, AccelFields):
     server and the learner through shared memory; an actor that dies is restarted. Needs
     `--inference central`."""
     actor_restarts: int = 3
-    """With `--process-actors`: how often one actor may be restarted before the run fails."""
+    """With `--process-actors` or `--ray`: how often one actor (or actor host) may be restarted
+    before the run fails."""
+    ray: str | None = None
+    """Run the actors on the Ray cluster at this address (HOST:PORT, as `ray start --head`
+    prints it, or `auto`: the cluster of this machine); the learner stays in this process. Needs
+    `pip install "onebox[ray]"`; see docs/cluster.md."""
+    actor_hosts: int | None = None
+    """With `--ray`: Ray actor processes that run the `--actors` between them, each with its own
+    copy of the policy (default: one per node of the cluster)."""
     lstm: int | None = None
     """Size of an LSTM core between the torso and the heads; None: a feed-forward net."""
-    inference: Literal["central", "local"] = "central"
+    inference: Literal["central", "local"] | None = None
     """`central`: every step's inference is batched across actors on the server (SEED RL);
     `local`: each actor runs its own copy of the network, synced from the learner every
-    `sync_every` updates (IMPALA)."""
+    `sync_every` updates (IMPALA). Default: central, local with `--ray`."""
     sync_every: int = 1
     """With `--inference local`: learner updates between weight syncs to the actors."""
     max_batch: int = 1024
@@ -166,8 +174,13 @@ def resolve(config: Config, presets: Presets = PRESETS) -> Config:
         raise ValueError(
             f"--envs-per-actor ({config.envs_per_actor}) must be <= --max-batch ({config.max_batch})"
         )
-    if config.process_actors and config.inference != "central":
+    if config.process_actors and config.inference == "local":
         raise ValueError("--process-actors needs --inference central (the server's shared memory)")
+    cluster.check_flags(config.ray, config.actor_hosts, "--actor-hosts",
+                        {"--process-actors": config.process_actors,
+                         "--inference central": config.inference == "central"})  # fmt: skip
+    if config.inference is None:
+        config = dataclasses.replace(config, inference="central" if config.ray is None else "local")
     if config.actor_restarts < 0:
         raise ValueError(f"--actor-restarts must be >= 0, got {config.actor_restarts}")
     check_lstm(config.lstm)
@@ -338,8 +351,10 @@ def train_async(
         learner = Learner(config, obs_space, act_space, device, update_fn)
         n = config.envs_per_actor or 1
 
+        net = learner.net  # the closure holds the network, not the learner (Ray ships it)
+
         def local(actor: int, weights: Weights) -> LocalPolicy:
-            return LocalPolicy(weights, copy.deepcopy(learner.net), n, actor)
+            return LocalPolicy(weights, copy.deepcopy(net), n, actor)
 
         return actor_learner.Setup(
             spec=actor_spec(config),

@@ -44,7 +44,11 @@ def resume(config: Any) -> int:
             f"`onebox evolve --resume {run_dir}`"
         )
     saved = run.load_config(run_dir)
-    run_dir = _module(saved).resume(run_dir)
+    from onebox import cluster
+
+    module = _module(saved)
+    cluster.rehost(run_dir, saved, config.ray, config.hosts, "actor_hosts", module.resolve)
+    run_dir = module.resume(run_dir)
     print(f"run folder: {run_dir}")
     return 0
 

@@ -58,6 +58,9 @@ class EvalResult:
     """Env frames these episodes used (steps x frames_per_step)."""
     obs_stats: ObsStats | None
     """Observation sums, when asked for."""
+    pair_obs_sums: np.ndarray | None = None
+    """(pairs, 2, obs dim) each pair's sums behind `obs_stats`, so that results of parts of a
+    population join exactly (`onebox.cluster.evolve_hosts`)."""
 
     def fitness(self) -> np.ndarray:
         """Mean return of each individual over its episodes."""
@@ -350,7 +353,7 @@ class PopulationEvaluator:
         if self._sums is not None:
             tot = self._sums.sum(axis=0)
             stats = ObsStats(float(self._lengths.sum()), tot[0], tot[1])
-        return EvalResult(self._returns, self._lengths, owner, frames, stats)
+        return EvalResult(self._returns, self._lengths, owner, frames, stats, self._sums)
 
     # ---- native rollouts ----------------------------------------------------------------------
 

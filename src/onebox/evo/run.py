@@ -17,6 +17,7 @@ the env made and the algorithm built before the run folder is created.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 import onebox.envs
+from onebox import cluster
 from onebox.evo.core import Algorithm, Generation
 from onebox.evo.es import ES, ESParams
 from onebox.evo.evaluator import PopulationEvaluator
@@ -82,6 +84,16 @@ class EvolveConfig(RunConfig):
     resume: Path | None = None
     """Continue the run in this folder from its checkpoint (with `--generations` and
     `--frame-budget` taken from the command line; `onebox evolve --resume RUN` keeps them)."""
+    ray: str | None = None
+    """Evaluate the population on the Ray cluster at this address (HOST:PORT, as `ray start
+    --head` prints it, or `auto`: the cluster of this machine); the algorithm stays in this
+    process, and fitnesses are those of a run on one machine. Needs `pip install
+    "onebox[ray]"`; see docs/cluster.md."""
+    eval_hosts: int | None = None
+    """With `--ray`: Ray processes that evaluate shares of the population, each with its own
+    evaluator (default: one per node of the cluster)."""
+    host_restarts: int = 3
+    """With `--ray`: how often one evaluation host may be replaced before the run fails."""
 
 
 @dataclass
@@ -200,6 +212,9 @@ def resolve(config: AnyConfig) -> AnyConfig:
         raise ValueError(f"--torch-threads must be >= 1, got {config.torch_threads}")
     if config.checkpoint_minutes < 0:
         raise ValueError(f"--checkpoint-minutes must be >= 0, got {config.checkpoint_minutes}")
+    if config.host_restarts < 0:
+        raise ValueError(f"--host-restarts must be >= 0, got {config.host_restarts}")
+    cluster.check_flags(config.ray, config.eval_hosts, "--eval-hosts", {})
     net_hidden(config)
     params_of(config).check()
     return config
@@ -253,7 +268,9 @@ def open_resumed(run_dir: Path, config: AnyConfig) -> tuple[AnyConfig, dict[str,
 def resume(config: Any) -> int:
     """`onebox evolve --resume RUN`: continue an evolve run with its own settings."""
     run_dir = Path(config.resume)
-    return run(type(stored_config(run_dir))(resume=run_dir))  # every setting from config.json
+    stored = stored_config(run_dir)
+    cluster.rehost(run_dir, stored, config.ray, config.hosts, "eval_hosts", resolve)
+    return run(type(stored)(resume=run_dir))  # every setting from config.json
 
 
 def run(config: AnyConfig) -> int:
@@ -266,12 +283,23 @@ def run(config: AnyConfig) -> int:
     else:
         config = resolve(config)
         session = RunSession(config, algo_name(config), step_key="frames")
+    connected = cluster.connect(config.ray) if config.ray is not None else False
     torch.set_num_threads(config.torch_threads)
-    with make_evaluator(config) as evaluator:
+    with make_evaluator(config) as evaluator, contextlib.ExitStack() as hosts:
         algo = make_algorithm(config, evaluator)
+        if config.ray is not None:
+            hosts.callback(cluster.disconnect, connected)  # last (callbacks run in reverse)
         if session.checkpoint is not None:
             algo.load_state_dict(session.checkpoint["algo"])
         evaluator.frames = session.step
+        step = step_generation
+        if config.ray is not None:
+            from onebox.cluster.evolve_hosts import RayPopulation
+
+            population = RayPopulation(config, config.eval_hosts or cluster.cpu_nodes(), algo,
+                                       config.host_restarts)  # fmt: skip
+            hosts.callback(population.close)
+            step = population.step
 
         def checkpoint() -> dict[str, Any]:
             return {"algo": algo.state_dict(), "best": algo.best().clone(),
@@ -288,7 +316,7 @@ def run(config: AnyConfig) -> int:
                     break
                 t0, frames0 = time.perf_counter(), evaluator.frames
                 evaluator.timing.reset()
-                gen = step_generation(algo, evaluator)
+                gen = step(algo, evaluator)
                 seconds = time.perf_counter() - t0
                 times = evaluator.timing.totals()
                 session.log(
@@ -303,6 +331,7 @@ def run(config: AnyConfig) -> int:
                         "charts/frames_per_s": (evaluator.frames - frames0) / seconds,
                         "time/env_s": times.get("env", 0.0),
                         "time/inference_s": times.get("inference", 0.0),
+                        **({"charts/host_restarts": population.restarts()} if config.ray else {}),
                         **gen.extra,
                     },
                 )

@@ -176,14 +176,17 @@ class Weights:
 
 
 class LocalPolicy:
-    """Actor-side inference (IMPALA): a copy of the network, reloaded whenever the learner has
-    published newer weights, with each env's recurrent state kept here."""
+    """Actor-side inference (IMPALA, and every actor host on Ray): a copy of the network,
+    reloaded whenever the learner has published newer weights, with each env's recurrent state
+    kept here. `policy`: the copy as a `PolicyFn` (default: `actor_critic_policy(net)`)."""
 
-    def __init__(self, weights: Weights, net: Any, num_envs: int, actor_id: int = 0) -> None:
+    def __init__(self, weights: Weights, net: Any, num_envs: int, actor_id: int = 0,
+                 policy: PolicyFn | None = None) -> None:  # fmt: skip
         self.weights, self.net, self.version = weights, net, -1
-        self.policy = actor_critic_policy(net)
+        self.policy = policy or actor_critic_policy(net)
         self.device = next(net.parameters()).device
-        self.state = net.initial_state(num_envs, self.device)
+        recurrent = getattr(net, "recurrent", False)  # (a Q-network never is)
+        self.state = net.initial_state(num_envs, self.device) if recurrent else None
         self.actor_id = actor_id
 
     @torch.no_grad()

@@ -1,0 +1,237 @@
+"""Scale-out on Ray, on a local cluster of a head and two worker nodes (`ray.cluster_utils`):
+IMPALA and Ape-X with their actors on the workers (learning CartPole: slow), a worker node
+removed mid-run, ES and the GA giving the fitnesses of a run on one machine (a host killed
+between rounds included). The cluster starts once for the module."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")  # the `ray` extra (in `test`)
+from ray.cluster_utils import Cluster  # noqa: E402
+
+import onebox.envs  # noqa: E402
+from learning import last_mean, metric  # noqa: E402
+from onebox import cli, run  # noqa: E402
+from onebox.algos import apex  # noqa: E402
+from onebox.algos.launch import play  # noqa: E402
+from onebox.cluster import actor_hosts  # noqa: E402
+from onebox.cluster.evolve_hosts import RayPopulation  # noqa: E402
+from onebox.evo import run as evo  # noqa: E402
+from onebox.sampling.inference import InferResult  # noqa: E402
+from onebox.sampling.rollout import Rollout  # noqa: E402
+from test_actors import run_collect, spec  # noqa: E402
+
+STORE = 200 * 2**20
+"""Object store bytes per node: small, on a machine shared with other work."""
+
+
+def start_cluster() -> Cluster:
+    """A head without CPUs (the learner is this process) and two worker nodes of 2 CPUs each:
+    one actor host fits on each, and a replacement on the one left when the other goes. Ray
+    gives a node 30 s to register; on a machine busy with other work that can pass, so up to
+    three tries."""
+    for attempt in itertools.count(1):
+        c = Cluster()
+        try:
+            c.add_node(num_cpus=0, object_store_memory=STORE, include_dashboard=False)
+            for _ in range(2):
+                c.add_node(num_cpus=2, object_store_memory=STORE)
+            return c
+        except Exception:
+            c.shutdown()
+            if attempt == 3:
+                raise
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = start_cluster()
+    ray.init(address=c.address, log_to_driver=False)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def test_packed_unrolls_rebuild_their_final_observations() -> None:
+    """What crosses the network leaves out the final observations an unroll holds anyway; the
+    learner's copy is the actor's, array for array."""
+    s = spec(env_options={"max_episode_steps": 4})  # truncations (and terminations) inside
+
+    def random_policy(ids, obs, starts):
+        outputs = {
+            "logprobs": np.zeros(len(ids), np.float32),
+            "values": np.ones(len(ids), np.float32),
+        }
+        return InferResult(
+            np.random.default_rng(len(ids)).integers(0, 2, len(ids)), outputs, 0, None
+        )
+
+    for arrays in run_collect(s, random_policy):
+        unroll = Rollout.from_arrays({k: v for k, v in arrays.items() if k != "episodes"}, [], [])
+        packed = actor_hosts.pack(5, unroll)
+        actor, back = actor_hosts.unpack(packed)
+        assert actor == 5 and unroll.ends.any()
+        np.testing.assert_array_equal(back.final_obs, unroll.final_obs)
+        np.testing.assert_array_equal(back.obs, unroll.obs)
+        assert packed[3].nbytes < unroll.final_obs.nbytes / 2
+
+
+def train(cluster: Cluster, tmp_path: Path, algo: str, *args: str) -> Path:
+    assert cli.main(["train", algo, "--ray", cluster.address, "--actor-hosts", "2",
+                     "--runs-dir", str(tmp_path), "--name", "run", *args]) == 0  # fmt: skip
+    return tmp_path / "run"
+
+
+def last(run_dir: Path, tag: str) -> float:
+    return metric(run_dir, tag)[-1][1]
+
+
+def test_impala_actors_on_two_nodes_feed_the_learner(cluster: Cluster, tmp_path: Path) -> None:
+    run_dir = train(cluster, tmp_path, "impala", "--env", "CartPole-v1", "--total-steps", "12000")
+    assert run.load_checkpoint(run_dir)["global_step"] == 12_000
+    # Both hosts sent unrolls (8 envs x 10 steps of 4-byte observations ...), lag stays small.
+    for h in (0, 1):
+        assert last(run_dir, f"hosts/{h}/unrolls_sent") > 0
+        assert 0 <= last(run_dir, f"hosts/{h}/policy_lag") < 20
+    assert last(run_dir, "charts/actor_restarts") == 0
+    assert last(run_dir, "charts/bytes_per_env_step") > 4 * 4 * 2  # obs and final obs at least
+
+
+def test_apex_actors_on_two_nodes_fill_the_replay_table(cluster: Cluster, tmp_path: Path) -> None:
+    run_dir = train(cluster, tmp_path, "apex", "--env", "CartPole-v1", "--total-steps", "6000",
+                    "--learning-starts", "1000")  # fmt: skip
+    assert run.load_checkpoint(run_dir)["global_step"] >= 6000
+    assert last(run_dir, "charts/replay_size") > 1000
+    assert all(last(run_dir, f"hosts/{h}/unrolls_sent") > 0 for h in (0, 1))
+
+
+@pytest.mark.slow
+def test_impala_learns_cartpole_on_two_nodes(cluster: Cluster, tmp_path: Path) -> None:
+    run_dir = train(cluster, tmp_path, "impala", "--env", "CartPole-v1", "--total-steps", "200000")
+    returns = np.array([v for _, v in metric(run_dir, "charts/episodic_return")])
+    assert np.convolve(returns, np.ones(20) / 20, "valid").max() >= 475  # as tests/test_impala
+
+
+@pytest.mark.slow
+def test_apex_learns_cartpole_on_two_nodes(cluster: Cluster, tmp_path: Path) -> None:
+    run_dir = train(cluster, tmp_path, "apex", "--env", "CartPole-v1", "--actors", "4")
+    with onebox.envs.make("CartPole-v1", 1, autoreset_mode="SameStep") as envs:
+        policy = apex.load_policy(run_dir, run.load_config(run_dir))
+        returns, _, _ = play(policy, envs, 20, seed=12345)
+    assert np.mean(returns) >= 475  # as tests/test_apex, the greedy policy
+    assert last_mean(run_dir, 20) >= 300
+
+
+def evolve_fitnesses(config: evo.AnyConfig, generations: int, hosts: int | None,
+                     kill: bool = False) -> tuple[list[np.ndarray], int, int]:  # fmt: skip
+    """Each generation's fitnesses, the frames used and the host replacements, evaluated on one
+    machine (`hosts` None) or on Ray hosts (`kill`: host 0 killed after the first round)."""
+    config = evo.resolve(config)
+    with evo.make_evaluator(config) as evaluator:
+        algo = evo.make_algorithm(config, evaluator)
+        step, population = evo.step_generation, None
+        if hosts is not None:
+            population = RayPopulation(config, hosts, algo, max_restarts=1)
+            step = population.step
+        out = []
+        for g in range(generations):
+            out.append(step(algo, evaluator).fitness.copy())
+            if kill and g == 0:
+                ray.kill(population.handles[0], no_restart=True)
+        restarts = population.restarts() if population else 0
+        if population is not None:
+            population.close()
+        return out, evaluator.frames, restarts
+
+
+def test_ga_on_two_nodes_with_a_host_killed_matches_one_machine(cluster) -> None:
+    """The GA's rounds (population, then elite candidates) on two hosts, host 0 killed after
+    the first round: each generation's fitnesses are bit-identical to one machine's."""
+    config = evo.GAConfig(env="CartPole-v1", seed=3, num_threads=1, population=24, truncation=4,
+                          elite_candidates=2)  # fmt: skip
+    local, frames, _ = evolve_fitnesses(config, 3, None)
+    spread, spread_frames, restarts = evolve_fitnesses(config, 3, 2, kill=True)
+    for a, b in zip(local, spread, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert spread_frames == frames  # no round lost or counted twice
+    assert restarts == 1
+
+
+def test_es_on_two_nodes_logs_the_local_runs_fitness(cluster, tmp_path: Path) -> None:
+    """`onebox evolve es --ray`: ES with observation normalization (observation sums joined
+    from the hosts) logs exactly the fitnesses and frames of the same run on one machine."""
+    args = ["evolve", "es", "--env", "CartPole-v1", "--generations", "2", "--seed", "5",
+            "--num-threads", "1", "--runs-dir", str(tmp_path)]  # fmt: skip
+    assert cli.main([*args, "--name", "local"]) == 0
+    assert cli.main([*args, "--name", "ray", "--ray", cluster.address]) == 0  # a host per node
+    assert run.load_config(tmp_path / "ray").obs_norm
+    for tag in ("fitness/best", "fitness/mean", "fitness/score", "charts/frames"):
+        assert metric(tmp_path / "ray", tag) == metric(tmp_path / "local", tag)
+    assert metric(tmp_path / "ray", "charts/host_restarts")[-1][1] == 0
+
+
+def test_worker_node_removed_mid_run(cluster: Cluster, tmp_path: Path) -> None:
+    """One worker node goes while IMPALA trains: its host is replaced on the other node, the
+    learner goes on, the restart is counted and the run finishes with every step it asked for."""
+    run_dir = tmp_path / "run"
+    victim = cluster.list_all_nodes()[1]  # a worker (the head is first)
+    removed = threading.Event()
+
+    def remove_when_both_hosts_sent() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if all(metric(run_dir, f"hosts/{h}/unrolls_sent") for h in (0, 1)):
+                    break
+            except FileNotFoundError:
+                pass
+            time.sleep(0.2)
+        cluster.remove_node(victim)
+        removed.set()
+
+    remover = threading.Thread(target=remove_when_both_hosts_sent, daemon=True)
+    remover.start()
+    try:
+        train(cluster, tmp_path, "impala", "--env", "CartPole-v1", "--total-steps", "40000",
+              "--checkpoint-minutes", "0")  # fmt: skip
+    finally:
+        remover.join()
+        cluster.add_node(num_cpus=2, object_store_memory=STORE)  # the fixture's shape again
+    assert removed.is_set()
+    assert run.load_checkpoint(run_dir)["global_step"] == 40_000
+    assert last(run_dir, "charts/actor_restarts") >= 1
+
+
+def test_learner_killed_resumes_on_another_number_of_hosts(cluster, tmp_path: Path) -> None:
+    """The learner's process dies (SIGKILL): `onebox train --resume RUN --hosts 1` goes on from
+    its last checkpoint with one actor host instead of two and finishes the run."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "onebox", "train", "impala", "--env", "CartPole-v1",
+         "--total-steps", "24000", "--ray", cluster.address, "--actor-hosts", "2",
+         "--checkpoint-minutes", "0.002", "--runs-dir", str(tmp_path), "--name", "run"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoint.pt").exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    saved = run.load_checkpoint(run_dir)["global_step"]
+    assert 0 < saved < 24_000
+    assert cli.main(["train", "--resume", str(run_dir), "--hosts", "1"]) == 0
+    assert run.load_config(run_dir).actor_hosts == 1
+    assert run.load_checkpoint(run_dir)["global_step"] == 24_000
+    after = [s for s, _ in metric(run_dir, "hosts/0/unrolls_sent") if s > saved]
+    assert after and not [s for s, _ in metric(run_dir, "hosts/1/unrolls_sent") if s > saved]
