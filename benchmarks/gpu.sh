@@ -10,8 +10,8 @@
 #   This workplace's lent GPU machines reach no package index; their python3 (3.12) has torch
 #   with CUDA, numpy, rich, matplotlib, tensorboard, imageio, pytest, cmake and ninja. Build the
 #   wheelhouse where pip reaches PyPI, once:
-#       echo /.whl/ >> .git/info/exclude && python benchmarks/gpu_wheelhouse.py .whl
-#   and carry it: run(command="bash benchmarks/gpu.sh $OUT/gpu", carry=[".whl"]). Its wheels go
+#       python benchmarks/gpu_wheelhouse.py .whl
+#   (.gitignore ignores it) and carry it: run(command="bash benchmarks/gpu.sh $OUT/gpu", carry=[".whl"]). Its wheels go
 #   into a fresh folder put first on PYTHONPATH; onebox is built there from this tree (its
 #   MuJoCo envs left out: the suite needs none) with the scikit-build-core and nanobind of the
 #   wheelhouse. If that build fails, the onebox wheel gpu_wheelhouse.py built is installed

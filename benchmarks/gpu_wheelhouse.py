@@ -2,7 +2,7 @@
 index (this workplace's lent machines: Python 3.12 with torch, nanobind, scikit-build-core, cmake
 and ninja, no network). Run it here, where pip reaches PyPI:
 
-    python benchmarks/gpu_wheelhouse.py .whl          # ~20 MB; then carry `.whl` to the machine
+    python benchmarks/gpu_wheelhouse.py .whl          # 8 MB; then carry `.whl` to the machine
 
 It downloads, for CPython 3.12 on manylinux x86-64 and without their dependencies (the machine has
 numpy, torch, rich, tensorboard, matplotlib, imageio, absl-py, typing-extensions), the packages
