@@ -1,11 +1,12 @@
 """What `onebox train` and `onebox eval` run: a learner's module is the one defining the config.
 
-Every learner module has `train(config) -> run folder`, `resume(run_dir) -> run folder` and
-`load_policy(run_dir, config) -> policy(obs, starts) -> actions` (`starts` flags the envs whose
-observation begins an episode, for recurrent policies); a run folder's `config.json` names its
-config class, hence its module (`onebox eval` also plays evolve runs, whose module,
-`onebox.evo.run`, has `load_policy`). Only config classes of `onebox train` and `onebox evolve`
-commands are accepted, checked before anything is imported or written.
+Every learner module has `train(config, resume=None) -> run folder` (with `resume`, the run
+folder to continue, its config loaded from there) and `load_policy(run_dir, config) ->
+policy(obs, starts) -> actions` (`starts` flags the envs whose observation begins an episode,
+for recurrent policies); a run folder's `config.json` names its config class, hence its module
+(`onebox eval` also plays evolve runs, whose module, `onebox.evo.run`, has `load_policy`). Only
+config classes of `onebox train` and `onebox evolve` commands are accepted, checked before
+anything is imported or written.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def resume(config: Any) -> int:
             f"`onebox evolve --resume {run_dir}`"
         )
     saved = run.load_config(run_dir)
-    run_dir = _module(saved).resume(run_dir)
+    run_dir = _module(saved).train(saved, resume=run_dir)
     print(f"run folder: {run_dir}")
     return 0
 
