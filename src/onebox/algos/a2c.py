@@ -30,7 +30,6 @@ from onebox.algos.common import check_positive
 from onebox.algos.onpolicy import Agent, build_agent, resolve_common, run_loop
 from onebox.nn.accel import AccelFields
 from onebox.nn.networks import ActorCritic
-from onebox.run import load_config
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets
 from onebox.sampling import Rollout, gae
@@ -152,11 +151,6 @@ def train(config: Config, resume: Path | None = None) -> Path:
     """Train (or, with `resume`, continue the run in that folder); return the run folder."""
     return run_loop(config, "a2c", resume, resolve=resolve, make_agent=make_agent, update=update,
                     log_every=config.log_every)  # fmt: skip
-
-
-def resume(run_dir: Path) -> Path:
-    """Continue the run in `run_dir` from its last checkpoint."""
-    return train(load_config(run_dir, Config), resume=run_dir)
 
 
 def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:

@@ -345,11 +345,6 @@ def train(config: Config, resume: Path | None = None) -> Path:
     return session.run_dir
 
 
-def resume(run_dir: Path) -> Path:
-    """Continue the run in `run_dir` from its last checkpoint."""
-    return train(run.load_config(run_dir, Config), resume=run_dir)
-
-
 def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
     state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)["agent"]

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from onebox import run
 from onebox.algos import impala
 from onebox.algos.common import check_positive
 from onebox.algos.vtrace import vtrace
@@ -159,11 +158,6 @@ def minibatches(
 def train(config: Config, resume: Path | None = None) -> Path:
     """Train (or, with `resume`, continue the run in that folder); return the run folder."""
     return impala.train_async(config, resume, "appo", resolve, update)
-
-
-def resume(run_dir: Path) -> Path:
-    """Continue the run in `run_dir` from its last checkpoint."""
-    return train(run.load_config(run_dir, Config), resume=run_dir)
 
 
 def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:

@@ -40,7 +40,6 @@ from onebox.algos.common import adam, check_positive, greedy_q_policy, resolve_e
 from onebox.nn.accel import AccelFields, check_accel
 from onebox.nn.networks import EpsilonGreedy, QNetwork
 from onebox.replay import ReplayBatch
-from onebox.run import load_config
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets
 
@@ -239,11 +238,6 @@ class Agent:
 def train(config: Config, resume: Path | None = None) -> Path:
     """Train (or, with `resume`, continue the run in that folder); return the run folder."""
     return offpolicy.run_loop(config, "dqn", resume, resolve=resolve, make_agent=Agent)
-
-
-def resume(run_dir: Path) -> Path:
-    """Continue the run in `run_dir` from its last checkpoint."""
-    return train(load_config(run_dir, Config), resume=run_dir)
 
 
 def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:

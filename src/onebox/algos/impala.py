@@ -368,11 +368,6 @@ def train_async(
     return actor_learner.train(config, resume, algo, resolve_fn, setup, CHECKPOINT_KEYS)
 
 
-def resume(run_dir: Path) -> Path:
-    """Continue the run in `run_dir` from its last checkpoint."""
-    return train(run.load_config(run_dir, Config), resume=run_dir)
-
-
 def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
     state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)

@@ -1,11 +1,12 @@
 """What `onebox train` and `onebox eval` run: a learner's module is the one defining the config.
 
-Every learner module has `train(config) -> run folder`, `resume(run_dir) -> run folder` and
-`load_policy(run_dir, config) -> policy(obs, starts) -> actions` (`starts` flags the envs whose
-observation begins an episode, for recurrent policies); a run folder's `config.json` names its
-config class, hence its module (`onebox eval` also plays evolve runs, whose module,
-`onebox.evo.run`, has `load_policy`). Only config classes of `onebox train` and `onebox evolve`
-commands are accepted, checked before anything is imported or written.
+Every learner module has `train(config, resume=None) -> run folder` (with `resume`, the run
+folder to continue, its config loaded from there) and `load_policy(run_dir, config) ->
+policy(obs, starts) -> actions` (`starts` flags the envs whose observation begins an episode,
+for recurrent policies); a run folder's `config.json` names its config class, hence its module
+(`onebox eval` also plays evolve runs, whose module, `onebox.evo.run`, has `load_policy`). Only
+config classes of `onebox train` and `onebox evolve` commands are accepted, checked before
+anything is imported or written.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def resume(config: Any) -> int:
 
     module = _module(saved)
     cluster.rehost(run_dir, saved, config.ray, config.hosts, "actor_hosts", module.resolve)
-    run_dir = module.resume(run_dir)
+    run_dir = module.train(run.load_config(run_dir), resume=run_dir)  # as rehost saved it
     print(f"run folder: {run_dir}")
     return 0
 

@@ -35,7 +35,6 @@ from onebox.algos.common import check_positive, greedy_q_policy, resolve_env
 from onebox.algos.onpolicy import Agent, run_loop
 from onebox.nn.accel import AccelFields, check_accel
 from onebox.nn.networks import EpsilonGreedy, QNetwork
-from onebox.run import load_config
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets
 from onebox.sampling import Rollout
@@ -183,11 +182,6 @@ def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
 def train(config: Config, resume: Path | None = None) -> Path:
     """Train (or, with `resume`, continue the run in that folder); return the run folder."""
     return run_loop(config, "pqn", resume, resolve=resolve, make_agent=make_agent, update=update)
-
-
-def resume(run_dir: Path) -> Path:
-    """Continue the run in `run_dir` from its last checkpoint."""
-    return train(load_config(run_dir, Config), resume=run_dir)
 
 
 # ---- eval ---------------------------------------------------------------------------------------
