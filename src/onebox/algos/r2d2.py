@@ -68,8 +68,11 @@ overlapping by 40, burn-in 40, 5-step returns, gamma 0.997, Adam 1e-4, batch 64,
 every 2,500 updates, priority exponent 0.9, importance-sampling exponent 0.6, eta 0.9), with 8
 actors of 16 envs in place of 256 actors and a table of 10,000 sequences in place of 4M
 observations (a sequence stores its 81 observations whole: with 4-frame stacks 2.3 MB each);
-not yet measured here. Classic control: short sequences, a small LSTM and table, actors held to
-4 sampled steps per inserted one (see docs/results.md for the measured curves)."""
+not yet measured here. Classic control: sequences of 20 with burn-in 10, an LSTM of 64, epsilons
+from 0.1, actors held to 16 sampled steps per inserted one, the learning rate annealed to 0 over
+150k steps. On CartPole-v1 the last 20 training episodes averaged 485.1, 500.0 and 500.0 (seeds
+1, 2, 3) and the greedy policy played 500 in each of 20 episodes (seeds 2, 3); 100k steps
+without annealing ended at 431 (docs/results.md)."""
 
 
 @dataclasses.dataclass
