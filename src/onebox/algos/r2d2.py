@@ -374,7 +374,7 @@ def actor_spec(config: Config) -> ActorSpec:
 
 def expected_updates(config: Config) -> int:
     """The learner updates of a run held to `samples_per_insert` (1 where it is 0): the
-    importance-sampling exponent reaches 1 at the last of them."""
+    importance-sampling exponent reaches 1, and an annealed learning rate 0, at the last."""
     c: Any = config
     stride = c.seq_len - c.overlap
     return max(int(c.total_steps * (c.samples_per_insert or 1) / (stride * c.batch_size)), 1)
