@@ -51,7 +51,7 @@ from onebox.sampling.inference import InferenceServer
 
 PRESETS: dict[str, dict[str, Any]] = {
     "classic": dict(
-        total_steps=150_000, actors=4, envs_per_actor=4, eps_base=0.1, lstm=64, hidden=(64,),
+        total_steps=200_000, actors=4, envs_per_actor=4, eps_base=0.1, lstm=64, hidden=(64,),
         seq_len=20, overlap=10, burn_in=10, n_step=5, gamma=0.99, learning_rate=1e-3,
         anneal_lr=True, buffer_size=5_000, batch_size=32, learning_starts=100, target_update=100,
         max_grad_norm=10.0, samples_per_insert=16.0,
@@ -70,9 +70,9 @@ actors of 16 envs in place of 256 actors and a table of 10,000 sequences in plac
 observations (a sequence stores its 81 observations whole: with 4-frame stacks 2.3 MB each);
 not yet measured here. Classic control: sequences of 20 with burn-in 10, an LSTM of 64, epsilons
 from 0.1, actors held to 16 sampled steps per inserted one, the learning rate annealed to 0 over
-150k steps. On CartPole-v1 the last 20 training episodes averaged 485.1, 500.0 and 500.0 (seeds
-1, 2, 3), the greedy policy's 20 episodes 486.4, 500.0 and 500.0; 100k steps
-without annealing ended at 431 (docs/results.md)."""
+200k steps. On CartPole-v1 the last 20 training episodes averaged 500.0 for seeds 2, 4 and 5
+(at 150k steps: 485.1, 500.0, 500.0 and 319.2; at 100k without annealing 431; see
+docs/results.md)."""
 
 
 @dataclasses.dataclass
@@ -86,7 +86,7 @@ class Config:
     preset: Literal["auto", "classic", "atari"] = "auto"
     """Hyperparameter preset: `auto` picks by env (Atari or classic)."""
     total_steps: int | None = None
-    """Env steps to train for, all actors together (preset: 150k classic, 50M Atari)."""
+    """Env steps to train for, all actors together (preset: 200k classic, 50M Atari)."""
     actors: int | None = None
     """Actors, each owning an env pool and its own epsilon (preset: 4 classic, 8 Atari)."""
     envs_per_actor: int | None = None
