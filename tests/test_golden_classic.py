@@ -232,7 +232,7 @@ def test_spaces_and_spec(env_id: str) -> None:
 
 OPTIONS = {
     "Acrobot-v1": {},
-    "CartPole-v1": {"sutton_barto_reward": False},
+    "CartPole-v1": {"sutton_barto_reward": False, "hide_velocities": False},
     "MountainCar-v0": {"goal_velocity": 0.0},
     "MountainCarContinuous-v0": {"goal_velocity": 0.0},
     "Pendulum-v1": {"g": 10.0},
@@ -256,6 +256,28 @@ def test_options_change_dynamics() -> None:
 
     assert not np.array_equal(first_steps(), first_steps(g=9.81))
     np.testing.assert_array_equal(first_steps(), first_steps(g=10.0))
+
+
+def test_cartpole_hide_velocities_observes_position_and_angle_only() -> None:
+    """With `hide_velocities` CartPole steps as ever (same rewards, ends and states) but shows
+    only (x, theta): columns 0 and 2 of the full observation."""
+    pools = [onebox.envs.make("CartPole-v1", 4, seed=5, hide_velocities=h) for h in (False, True)]
+    assert pools[1].single_observation_space.shape == (2,)
+    for bound in ("low", "high"):
+        full_bound = getattr(pools[0].single_observation_space, bound)
+        np.testing.assert_array_equal(
+            getattr(pools[1].single_observation_space, bound), full_bound[[0, 2]]
+        )
+    (full, _), (hidden, _) = (p.reset() for p in pools)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        np.testing.assert_array_equal(hidden, full[:, [0, 2]])
+        actions = rng.integers(0, 2, 4)
+        (full, *rest_f), (hidden, *rest_h) = (p.step(actions) for p in pools)
+        for a, b in zip(rest_f[:3], rest_h[:3], strict=True):
+            np.testing.assert_array_equal(a, b)
+    for p in pools:
+        p.close()
 
 
 # Gymnasium's initial-state distributions: (low, high) per state element.
