@@ -199,7 +199,7 @@ def resolve(config: Config) -> Config:
     if config.actor_restarts < 0:
         raise ValueError(f"--actor-restarts must be >= 0, got {config.actor_restarts}")
     cluster.check_flags(config.ray, config.actor_hosts, "--actor-hosts",
-                        {"--process-actors": config.process_actors})  # fmt: skip
+                        {"--process-actors": config.process_actors}, config.actors)  # fmt: skip
     return config
 
 

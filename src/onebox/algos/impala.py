@@ -178,7 +178,8 @@ def resolve(config: Config, presets: Presets = PRESETS) -> Config:
         raise ValueError("--process-actors needs --inference central (the server's shared memory)")
     cluster.check_flags(config.ray, config.actor_hosts, "--actor-hosts",
                         {"--process-actors": config.process_actors,
-                         "--inference central": config.inference == "central"})  # fmt: skip
+                         "--inference central": config.inference == "central"},
+                        config.actors)  # fmt: skip
     if config.inference is None:
         config = dataclasses.replace(config, inference="central" if config.ray is None else "local")
     if config.actor_restarts < 0:

@@ -135,9 +135,10 @@ def run(config: RayBenchConfig) -> int:
             f"{config.actors} actors in every case, IMPALA's preset otherwise, "
             f"{config.total_steps:,} env steps per run, {config.rounds} interleaved rounds "
             f"(each round's figure in `rounds`). Ray: a local instance with {cpus} CPUs, one "
-            "process per host, its actors served by the host's own inference server when it runs "
-            "several (one actor calls its policy copy directly). Bytes sent: the unrolls' arrays that reached the learner, per env "
-            "step (weights going the other way are not counted).",
+            "process per host, its actors served by the host's own inference server when it "
+            "runs several (one actor calls its policy copy directly). Bytes sent: the unrolls' "
+            "arrays that reached the learner, per env step (weights going the other way are not "
+            "counted).",
             "",
             f"1-minute load average when the run began: {load:.1f}.",
             "",

@@ -29,9 +29,11 @@ def import_ray() -> Any:
     return ray
 
 
-def check_flags(ray: str | None, hosts: int | None, flag: str, exclusive: dict[str, bool]) -> None:
+def check_flags(ray: str | None, hosts: int | None, flag: str, exclusive: dict[str, bool],
+                actors: int | None = None) -> None:  # fmt: skip
     """Raise ValueError on a bad combination of `--ray` with its host count (`flag`, e.g.
-    `--actor-hosts`) and the options that rule it out (`exclusive`: flag -> whether it is set)."""
+    `--actor-hosts`), the options that rule it out (`exclusive`: flag -> whether it is set) and
+    the `actors` the hosts share (None: not a count to check)."""
     if ray is None:
         if hosts is not None:
             raise ValueError(f"{flag} spreads work over a Ray cluster: add --ray ADDRESS (or auto)")
@@ -40,6 +42,8 @@ def check_flags(ray: str | None, hosts: int | None, flag: str, exclusive: dict[s
         raise ValueError("--ray takes a cluster address HOST:PORT, or `auto`")
     if hosts is not None and hosts < 1:
         raise ValueError(f"{flag} must be at least 1, got {hosts}")
+    if hosts is not None and actors is not None and actors < hosts:
+        raise ValueError(f"--actors ({actors}) must be at least {flag} ({hosts})")
     for other, given in exclusive.items():
         if given:
             raise ValueError(f"--ray and {other} exclude each other; leave out {other}")
