@@ -188,6 +188,10 @@ def run(config: DqnBenchConfig) -> int:
             "",
             common.markdown_table(header, rows, [False] + [True] * (len(header) - 1)),
             "",
+            "Each round's SPS, onebox / CleanRL (onebox ran first in odd rounds): "
+            + ", ".join(f"{a:.0f} / {b:.0f}" for a, b in zip(ours, theirs, strict=True))
+            + ".",
+            "",
             f"Command: `{common.command_line('onebox bench dqn', config)}`",
             "",
             f"Date: {common.now()}",
