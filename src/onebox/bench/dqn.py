@@ -128,8 +128,6 @@ def run_cleanrl(config: DqnBenchConfig, root: Path) -> float:
 
 def run(config: DqnBenchConfig) -> int:
     """Run the rounds, print the table, write the markdown section if asked."""
-    if not config.cleanrl.exists():
-        raise ValueError(f"--cleanrl {config.cleanrl} does not exist: point it at dqn_atari.py")
     if not 0 < config.learning_starts <= config.total_steps - 2000:
         raise ValueError(
             "--total-steps must exceed --learning-starts by at least 2000 (onebox logs its SPS "
@@ -137,6 +135,8 @@ def run(config: DqnBenchConfig) -> int:
         )
     if config.rounds <= 0 or config.torch_threads <= 0:
         raise ValueError("--rounds and --torch-threads must be positive")
+    if not config.cleanrl.exists():
+        raise ValueError(f"--cleanrl {config.cleanrl} does not exist: point it at dqn_atari.py")
     console = common.console()
     loads = [os.getloadavg()[0]]
     ours: list[float] = []
@@ -187,6 +187,10 @@ def run(config: DqnBenchConfig) -> int:
             + " (at the start and after each round; the 2 cores are shared with other work).",
             "",
             common.markdown_table(header, rows, [False] + [True] * (len(header) - 1)),
+            "",
+            "Each round's SPS, onebox / CleanRL (onebox ran first in odd rounds): "
+            + ", ".join(f"{a:.0f} / {b:.0f}" for a, b in zip(ours, theirs, strict=True))
+            + ".",
             "",
             f"Command: `{common.command_line('onebox bench dqn', config)}`",
             "",

@@ -1,0 +1,30 @@
+"""`onebox bench dqn`: the learning-phase SPS from logs of cumulative SPS, and bad settings
+rejected before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from onebox import cli
+from onebox.bench.dqn import learning_sps
+
+
+def test_learning_sps_is_the_rate_between_the_first_and_last_log_after_learning_starts() -> None:
+    # Cumulative SPS 50 at step 1000 (20 s), 40 at 2000 (50 s), 37.5 at 3000 (80 s): learning
+    # from step 1000, the phase is steps 2000-3000 in 30 s.
+    points = [(1000, 50.0), (2000, 40.0), (3000, 37.5)]
+    assert learning_sps(points, 1000) == pytest.approx(1000 / 30)
+    with pytest.raises(RuntimeError, match="fewer than 2 SPS logs"):
+        learning_sps(points, 2000)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cleanrl", "/nonexistent/dqn_atari.py"], "does not exist"),
+        (["--total-steps", "2500", "--learning-starts", "1000"], "at least 2000"),
+    ],
+)
+def test_bad_settings_fail_before_any_run(capsys, args, message) -> None:
+    assert cli.main(["bench", "dqn", *args]) == 2
+    assert message in capsys.readouterr().err
