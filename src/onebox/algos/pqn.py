@@ -49,8 +49,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 `minatar` (the MinAtar CNN with layer norm) is the PQN paper's MinAtar setting (Gallici et al.
 2024), every number from purejaxql's `config/alg/pqn_minatar.yaml`: 10M steps, 128 envs x 32
 steps, 2 epochs of 32 minibatches, RAdam 5e-4 annealed, gradient clip 10, epsilon 1 -> 0.05 over
-the first 10%, gamma 0.99, lambda 0.65. At 1M steps here: Breakout 10.4 and 11.5 (seeds 1,
-2; docs/results.md)."""
+the first 10%, gamma 0.99, lambda 0.65. It differs from purejaxql's network in its inputs (the
+0/1 grids as they are; purejaxql divides them by 255) and initialization (onebox's; He normal
+there). At 1M steps here: Breakout 10.4 and 11.5 (seeds 1, 2; docs/results.md)."""
 
 
 @dataclasses.dataclass
