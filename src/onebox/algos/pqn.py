@@ -16,7 +16,8 @@ terminated one does not bootstrap.
 
 Presets equal CleanRL's scripts: `classic` (pqn.py: 4 envs, a 120-84 ReLU MLP with layer norm)
 and `atari` (pqn_atari_envpool.py: 8 envs, the Nature CNN with layer norm, epsilon to 0.01 over
-the first 10%). Any field given on the command line wins over the preset.
+the first 10%); `minatar` (`MinAtar/*` ids) is purejaxql's MinAtar PQN (128 envs, the MinAtar CNN
+with layer norm). Any field given on the command line wins over the preset.
 """
 
 from __future__ import annotations
@@ -44,15 +45,15 @@ from onebox.sampling import Rollout
 class Config(TorchConfig, AccelFields):
     """Train an agent with PQN. Fields left unset come from the env family's preset."""
 
-    preset: Literal["auto", "classic", "atari"] = "auto"
+    preset: Literal["auto", "classic", "atari", "minatar"] = "auto"
     total_steps: int | None = None
-    """Env steps to train for (preset: 500k classic, 10M Atari)."""
+    """Env steps to train for (preset: 500k classic, 10M Atari and MinAtar)."""
     num_envs: int | None = None
-    """Envs stepped in parallel (preset: 4 classic, 8 Atari)."""
+    """Envs stepped in parallel (preset: 4 classic, 8 Atari, 128 MinAtar)."""
     num_steps: int | None = None
-    """Steps per env in each rollout (preset: 128)."""
+    """Steps per env in each rollout (preset: 128, 32 MinAtar)."""
     learning_rate: float | None = None
-    """RAdam learning rate (preset: 2.5e-4)."""
+    """RAdam learning rate (preset: 2.5e-4, 5e-4 MinAtar)."""
     anneal_lr: bool = True
     """Anneal the learning rate linearly to 0 over the run."""
     gamma: float = 0.99
@@ -60,16 +61,17 @@ class Config(TorchConfig, AccelFields):
     q_lambda: float = 0.65
     """Lambda of the Q(lambda) returns (0: one-step Q-learning targets, 1: Monte Carlo)."""
     num_minibatches: int | None = None
-    """Minibatches per epoch (preset: 4); must divide num_envs * num_steps."""
+    """Minibatches per epoch (preset: 4, 32 MinAtar); must divide num_envs * num_steps."""
     update_epochs: int | None = None
-    """Epochs over each rollout (preset: 4)."""
+    """Epochs over each rollout (preset: 4, 2 MinAtar)."""
     start_e: float = 1.0
     """Exploration epsilon at the start."""
     end_e: float | None = None
-    """Exploration epsilon at the end of the schedule (preset: 0.05 classic, 0.01 Atari)."""
+    """Exploration epsilon at the end of the schedule (preset: 0.05 classic and MinAtar, 0.01
+    Atari)."""
     exploration_fraction: float | None = None
     """Fraction of total_steps over which epsilon falls from start_e to end_e (preset: 0.5
-    classic, 0.1 Atari)."""
+    classic, 0.1 Atari and MinAtar)."""
     max_grad_norm: float = 10.0
     """Gradient norm clip."""
     hidden: tuple[int, ...] = (120, 84)
@@ -85,8 +87,16 @@ PRESETS = Presets(Config, {
                     num_minibatches=4, update_epochs=4, end_e=0.05, exploration_fraction=0.5),
     "atari": dict(total_steps=10_000_000, num_envs=8, num_steps=128, learning_rate=2.5e-4,
                   num_minibatches=4, update_epochs=4, end_e=0.01, exploration_fraction=0.1),
+    "minatar": dict(total_steps=10_000_000, num_envs=128, num_steps=32, learning_rate=5e-4,
+                    num_minibatches=32, update_epochs=2, end_e=0.05, exploration_fraction=0.1),
 })  # fmt: skip
-"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here."""
+"""CleanRL's hyperparameters per env family; the fields left None in `Config` come from here.
+`minatar` (the MinAtar CNN with layer norm) is the PQN paper's MinAtar setting (Gallici et al.
+2024), every number from purejaxql's `config/alg/pqn_minatar.yaml`: 10M steps, 128 envs x 32
+steps, 2 epochs of 32 minibatches, RAdam 5e-4 annealed, gradient clip 10, epsilon 1 -> 0.05 over
+the first 10%, gamma 0.99, lambda 0.65. It differs from purejaxql's network in its inputs (the
+0/1 grids as they are; purejaxql divides them by 255) and initialization (onebox's; He normal
+there). At 1M steps here: Breakout 10.4 and 11.5 (seeds 1, 2; docs/results.md)."""
 
 
 def resolve(config: Config) -> Config:
