@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import torch
 
 import onebox.envs
 from onebox import run
@@ -91,6 +92,8 @@ def evaluate(config: Any) -> int:
         raise ValueError(f"--episodes must be positive, got {config.episodes}")
     command_of(run_dir)  # a run of a onebox learner (train or evolve), or ValueError
     saved = run.load_config(run_dir)
+    # The run's own torch threads (1 for small nets: at batch 1 more threads only cost).
+    torch.set_num_threads(getattr(saved, "torch_threads", None) or 1)
     policy = _module(saved).load_policy(run_dir, saved)
     renders = onebox.envs.backend_of(saved.env) in ("native", "process")
     options = {"render_mode": "rgb_array"} if config.video and renders else {}
