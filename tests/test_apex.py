@@ -88,8 +88,8 @@ def test_killed_actor_process_is_restarted_and_the_run_finishes(tmp_path: Path) 
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "onebox", "train", "apex", "--env", "CartPole-v1",
-         "--total-steps", "12000", "--learning-starts", "1000", "--batch-size", "32",
-         "--samples-per-insert", "2", "--process-actors", "--actors", "2", "--runs-dir",
+         "--total-steps", "24000", "--learning-starts", "1000", "--batch-size", "32",
+         "--samples-per-insert", "4", "--process-actors", "--actors", "2", "--runs-dir",
          str(tmp_path), "--name", "run"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -108,7 +108,7 @@ def test_killed_actor_process_is_restarted_and_the_run_finishes(tmp_path: Path) 
         proc.kill()
     assert proc.returncode == 0, out
     assert metric(run_dir, "charts/actor_restarts")[-1][1] == 1
-    assert run.load_checkpoint(run_dir)["global_step"] >= 12000
+    assert run.load_checkpoint(run_dir)["global_step"] >= 24000
 
 
 @pytest.mark.slow
