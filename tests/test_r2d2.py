@@ -16,10 +16,11 @@ from learning import kill_and_resume, last_mean, metric
 from onebox import cli, run
 from onebox.algos import r2d2
 from onebox.replay import SequenceBatch
-from onebox.sampling.actors import ThreadActor
+from onebox.sampling.actors import ThreadActor, Weights
 from onebox.sampling.channels import SequenceChannel
 from onebox.sampling.inference import InferenceServer
 from onebox.sampling.rollout import Rollout
+from test_actors import run_collect
 
 
 def test_value_rescaling_by_hand_and_inverse() -> None:
@@ -139,6 +140,41 @@ def test_stored_state_replayed_through_burn_in_is_the_actors() -> None:
                 x = torch.as_tensor(batch.obs[k, j : j + 1])[None]
                 _, state = learner.net.unroll(x, state)
     assert checked_reports > 10
+
+
+def test_actor_side_policy_records_the_states_the_server_does() -> None:
+    """`--ray`'s actor-side policy (`Setup.local`, each actor host's copy of the network) keeps
+    every env's LSTM state as the central inference server does: on the same envs, greedy
+    (epsilon 0), the unrolls agree array for array: the states recorded at every step (zeros
+    where an episode starts), the unrolls' start states, the actions."""
+    config = r2d2.resolve(r2d2.Config(
+        env="CartPole-v1", env_options={"max_episode_steps": "5"}, actors=1, envs_per_actor=3,
+        unroll=6, lstm=8, hidden=(16,), device="cpu", seed=3, ray="auto",
+    ))  # fmt: skip
+    spec = r2d2.actor_spec(config)
+    with spec.make_pool(0) as probe:
+        spaces_ = (probe.single_observation_space, probe.single_action_space)
+    torch.manual_seed(0)
+    setup = r2d2.setup(config, *spaces_, torch.device("cpu"))
+    learner = setup.learner
+    learner.epsilons.zero_()  # (the actor-side policy shares them)
+    assert setup.local is not None
+    local = setup.local(0, Weights(learner.net, 0))
+    with InferenceServer(learner.policy, *spaces_, lstm=config.lstm, outputs=learner.outputs,
+                         timeout_ms=0.0) as server:  # fmt: skip
+        central = run_collect(spec, functools.partial(server.infer, 0), unrolls=3)
+    here = run_collect(spec, local, unrolls=3)
+    for a, b in zip(central, here, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            if k != "episodes":
+                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    starts = np.concatenate([u["starts"] for u in here])
+    h = np.concatenate([u["out.h"] for u in here])
+    assert starts[1:].any() and np.array_equal(starts[0], np.ones(3, bool))
+    assert not h[starts].any() and (np.abs(h[~starts]).sum(-1) > 0).all()
+    assert here[1]["h"].any() and np.array_equal(here[1]["h"], here[1]["out.h"][0])
+    assert (here[0]["truncated"] & ~here[0]["terminated"]).any()  # final-observation calls too
 
 
 def test_short_run_folder_checkpoint_resume_and_eval(tmp_path: Path, capsys) -> None:
