@@ -22,6 +22,7 @@ Both count the env steps and finished episodes that arrived (`progress()`), whic
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from collections.abc import Callable
@@ -208,7 +209,10 @@ class ReplayChannel(_TableChannel):
         # A restarted process actor's first unroll starts new episodes in envs whose episodes
         # its dead predecessor left running: those episodes were cut after its last unroll.
         cut = unroll.starts[0] & ~held.ends[-1]
-        held.truncated[-1] |= cut
+        if cut.any():  # on a copy: the arrays of an unroll from a Ray actor host are read-only
+            truncated = held.truncated.copy()
+            truncated[-1] |= cut
+            held = dataclasses.replace(held, truncated=truncated)
 
         def cat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return np.concatenate([a, b[: self.n_step]])
