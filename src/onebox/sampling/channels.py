@@ -251,6 +251,10 @@ class SequenceChannel(_TableChannel):
         h, c = unroll.outputs["h"], unroll.outputs["c"]
         with self.lock:
             self.inserted += unroll.env_steps
+            # A restarted actor's (or Ray host's) envs begin new episodes where its predecessor
+            # left theirs running: those are cut, their open steps dropped.
+            if unroll.starts[0].any():
+                self.buffer.drop_open(envs[unroll.starts[0]])
             for t in range(unroll.actions.shape[0]):
                 self.buffer.add(unroll.obs[t], unroll.actions[t], unroll.rewards[t],
                                 unroll.terminated[t], unroll.truncated[t], unroll.final_obs[t],
