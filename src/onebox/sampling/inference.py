@@ -23,8 +23,9 @@ Two kinds of actors:
 With `lstm=H` the policy is recurrent: the server keeps an (h, c) pair of size H for every
 (actor, env), resets it when the actor flags that env's episode as ended (`dones`: this
 observation starts a new episode) or when the actor restarts (`reset_actor`, or a process actor's
-death) (`EnvStates`, which an actor-side `onebox.sampling.actors.LocalPolicy` keeps the same way), and calls `policy_fn(obs, (h, c)) -> (action, logprob, value, (h, c))`. Without it,
-`policy_fn(obs) -> (action, logprob, value)`.
+death), in an `EnvStates` per actor (an actor-side `onebox.sampling.actors.LocalPolicy` keeps
+its envs' states in one the same way), and calls `policy_fn(obs, (h, c)) -> (action, logprob,
+value, (h, c))`. Without it, `policy_fn(obs) -> (action, logprob, value)`.
 
 The learner changes the weights in place inside `with server.updating(): ...`, which excludes
 concurrent inference and then increments `server.version` (on CUDA the server runs on its own
