@@ -110,7 +110,7 @@ def test_local_policy_records_start_states_and_resets_them() -> None:
     torch.manual_seed(0)
     s = spec(lstm=8, env_options={"max_episode_steps": 4})
     net = ActorCritic(spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2), lstm=8)
-    local = LocalPolicy(Weights(net, 3), copy.deepcopy(net), 3)
+    local = LocalPolicy(Weights(net, 3), copy.deepcopy(net), lstm=8)
     u1, u2 = run_collect(s, local)
     # The first unroll starts every env from zeros; the second from the state the first reached.
     assert np.array_equal(u1["h"], np.zeros((3, 8))) and np.array_equal(u1["c"], np.zeros((3, 8)))

@@ -1,5 +1,5 @@
 """Scale-out on Ray, on a local cluster of a head and two worker nodes (`ray.cluster_utils`):
-IMPALA and Ape-X with their actors on the workers (learning CartPole: slow), a worker node
+IMPALA, Ape-X and R2D2 with their actors on the workers (learning CartPole: slow), a worker node
 removed mid-run, ES and the GA giving the fitnesses of a run on one machine (a host killed
 between rounds included). The cluster starts once for the module."""
 
@@ -111,6 +111,19 @@ def test_apex_actors_on_two_nodes_fill_the_replay_table(cluster: Cluster, tmp_pa
                     "--learning-starts", "1000")  # fmt: skip
     assert run.load_checkpoint(run_dir)["global_step"] >= 6000
     assert last(run_dir, "charts/replay_size") > 1000
+    assert all(last(run_dir, f"hosts/{h}/unrolls_sent") > 0 for h in (0, 1))
+
+
+@pytest.mark.parametrize("actors", ["2", "4"])
+def test_r2d2_actors_on_two_nodes_fill_the_sequence_table(cluster, tmp_path, actors) -> None:
+    """One actor per host runs its recurrent policy itself, two share the host's inference
+    server: either keeps each env's LSTM state (test_r2d2 checks the actor's own against the
+    server's), and the sequences reach the learner's table."""
+    run_dir = train(cluster, tmp_path, "r2d2", "--env", "CartPole-v1", "--actors", actors,
+                    "--total-steps", "4000", "--learning-starts", "50")  # fmt: skip
+    assert run.load_checkpoint(run_dir)["global_step"] >= 4000
+    assert last(run_dir, "charts/replay_size") > 50  # sequences of 20 steps overlapping by 10
+    assert metric(run_dir, "losses/td_loss")
     assert all(last(run_dir, f"hosts/{h}/unrolls_sent") > 0 for h in (0, 1))
 
 

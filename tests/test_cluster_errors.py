@@ -11,7 +11,9 @@ import pytest
 from onebox import cli
 
 
-@pytest.mark.parametrize("command", [["train", "impala"], ["train", "apex"], ["evolve", "es"]])
+@pytest.mark.parametrize(
+    "command", [["train", "impala"], ["train", "apex"], ["train", "r2d2"], ["evolve", "es"]]
+)
 def test_ray_without_the_extra_names_it(tmp_path: Path, monkeypatch, capsys, command) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed: `import ray` fails
     assert cli.main([*command, "--ray", "auto", "--runs-dir", str(tmp_path)]) == 2
@@ -43,6 +45,13 @@ def test_bad_address_fails_fast(tmp_path: Path, capsys, address: str, message: s
         (["train", "impala", "--ray", "auto", "--process-actors"], "leave out --process-actors"),
         (["train", "impala", "--ray", "auto", "--inference", "central"], "--inference central"),
         (["train", "apex", "--ray", "auto", "--process-actors"], "leave out --process-actors"),
+        (["train", "r2d2", "--ray", "auto", "--actor-hosts", "0"], "--actor-hosts must be at"),
+        (["train", "r2d2", "--actor-hosts", "2"], "add --ray ADDRESS"),
+        (
+            ["train", "r2d2", "--ray", "auto", "--actors", "2", "--actor-hosts", "3"],
+            "--actors (2) must be at",
+        ),
+        (["train", "r2d2", "--ray", "auto", "--process-actors"], "leave out --process-actors"),
         (["evolve", "es", "--ray", "auto", "--eval-hosts", "0"], "--eval-hosts must be at"),
         (["evolve", "ga", "--eval-hosts", "2"], "add --ray ADDRESS"),
     ],

@@ -1,11 +1,14 @@
 """R2D2: value rescaling and n-step targets by hand, the stored state of a sequence (replayed
-through burn-in) against the state the inference server gave the actor, a short run's folder,
+through burn-in) against the state the inference server gave the actor, the actor-side policy
+(`--ray`'s) recording the server's states, a restarted actor's new episodes starting new
+sequences, a short run's folder,
 checkpoint, resume and eval, bad configs rejected; slow: CartPole learned, and CartPole with its
 velocities hidden learned with the LSTM but not without it."""
 
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +19,12 @@ from learning import kill_and_resume, last_mean, metric
 from onebox import cli, run
 from onebox.algos import r2d2
 from onebox.replay import SequenceBatch
-from onebox.sampling.actors import ThreadActor
+from onebox.sampling.actor_client import InferResult
+from onebox.sampling.actors import ThreadActor, Weights
 from onebox.sampling.channels import SequenceChannel
 from onebox.sampling.inference import InferenceServer
 from onebox.sampling.rollout import Rollout
+from test_actors import run_collect
 
 
 def test_value_rescaling_by_hand_and_inverse() -> None:
@@ -139,6 +144,78 @@ def test_stored_state_replayed_through_burn_in_is_the_actors() -> None:
                 x = torch.as_tensor(batch.obs[k, j : j + 1])[None]
                 _, state = learner.net.unroll(x, state)
     assert checked_reports > 10
+
+
+def test_actor_side_policy_records_the_states_the_server_does() -> None:
+    """`--ray`'s actor-side policy (`Setup.local`, each actor host's copy of the network) keeps
+    every env's LSTM state as the central inference server does: on the same envs, greedy
+    (epsilon 0), the unrolls agree array for array: the states recorded at every step (zeros
+    where an episode starts), the unrolls' start states, the actions."""
+    config = r2d2.resolve(r2d2.Config(
+        env="CartPole-v1", env_options={"max_episode_steps": "5"}, actors=1, envs_per_actor=3,
+        unroll=6, lstm=8, hidden=(16,), device="cpu", seed=3, ray="auto",
+    ))  # fmt: skip
+    spec = r2d2.actor_spec(config)
+    with spec.make_pool(0) as probe:
+        spaces_ = (probe.single_observation_space, probe.single_action_space)
+    torch.manual_seed(0)
+    setup = r2d2.setup(config, *spaces_, torch.device("cpu"))
+    learner = setup.learner
+    learner.epsilons.zero_()  # (the actor-side policy shares them)
+    assert setup.local is not None
+    local = setup.local(0, Weights(learner.net, 0))
+    with InferenceServer(learner.policy, *spaces_, lstm=config.lstm, outputs=learner.outputs,
+                         timeout_ms=0.0) as server:  # fmt: skip
+        central = run_collect(spec, functools.partial(server.infer, 0), unrolls=3)
+    here = run_collect(spec, local, unrolls=3)
+    for a, b in zip(central, here, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            if k != "episodes":
+                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    starts = np.concatenate([u["starts"] for u in here])
+    h = np.concatenate([u["out.h"] for u in here])
+    assert starts[1:].any() and np.array_equal(starts[0], np.ones(3, bool))
+    assert not h[starts].any() and (np.abs(h[~starts]).sum(-1) > 0).all()
+    assert here[1]["h"].any() and np.array_equal(here[1]["h"], here[1]["out.h"][0])
+    assert (here[0]["truncated"] & ~here[0]["terminated"]).any()  # final-observation calls too
+
+
+def test_a_restarted_actors_new_episodes_start_new_sequences() -> None:
+    """An actor restarts (its process, or its Ray host, replaced): its envs' next unroll begins
+    new episodes while the table still holds the old ones' open steps. Those are dropped: every
+    stored sequence lies within one actor life's steps, and the new life's begins an episode."""
+    config = r2d2.resolve(r2d2.Config(
+        env="CartPole-v1", actors=1, envs_per_actor=2, unroll=6, lstm=4, seq_len=4, overlap=0,
+        burn_in=0, buffer_size=20, batch_size=2, learning_starts=2, device="cpu",
+    ))  # fmt: skip
+    spec = r2d2.actor_spec(config)
+    calls = [0]
+
+    def alternate(ids, obs, starts):  # CartPole outlives 6 steps of alternating pushes
+        calls[0] += 1
+        zeros = np.zeros((len(ids), 4), np.float32)
+        actions = np.full(len(ids), calls[0] % 2, np.int64)
+        return InferResult(actions, {"h": zeros, "c": zeros}, 0, (zeros, zeros))
+
+    with spec.make_pool(0) as probe:
+        spaces_ = (probe.single_observation_space, probe.single_action_space)
+    channel = r2d2.setup(config, *spaces_, torch.device("cpu")).channel
+    lives = [run_collect(spec, alternate, unrolls=1)[0] for _ in range(2)]
+    lives[1]["obs"] += 1.0  # told apart from the first life's (same seed)
+    stop = threading.Event()
+    for arrays in lives:
+        assert not arrays["terminated"].any() and not arrays["truncated"].any()
+        channel.put(0, Rollout.from_arrays({k: v for k, v in arrays.items() if k != "episodes"},
+                                           [], []), stop)  # fmt: skip
+    table = channel.buffer  # type: ignore[attr-defined]
+    batch = table.get(np.arange(len(table)))
+    assert len(table) == 4  # steps 0-3 of each env, in each life (4-5 of the first: dropped)
+    for k in range(len(table)):
+        owners = {i for i, a in enumerate(lives) for e in range(2)
+                  if (a["obs"][:4, e] == batch.obs[k, :4]).all()}  # fmt: skip
+        assert len(owners) == 1
+        assert batch.first[k]
 
 
 def test_short_run_folder_checkpoint_resume_and_eval(tmp_path: Path, capsys) -> None:

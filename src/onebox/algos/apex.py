@@ -209,6 +209,16 @@ def actor_epsilons(actors: int, base: float = 0.4, alpha: float = 7.0) -> np.nda
     return base ** (1 + alpha * i / max(actors - 1, 1))
 
 
+def explore(q: torch.Tensor, actor_ids: torch.Tensor, epsilons: torch.Tensor,
+            generator: torch.Generator) -> torch.Tensor:  # fmt: skip
+    """Epsilon-greedy actions from Q-values `q` (rows, actions), each row with its actor's
+    epsilon."""
+    n = len(q)
+    explores = torch.rand(n, device=q.device, generator=generator) < epsilons[actor_ids]
+    random = torch.randint(0, q.shape[-1], (n,), device=q.device, generator=generator)
+    return torch.where(explores, random, q.argmax(-1))
+
+
 def epsilon_greedy(
     net: QNetwork,
     epsilons: torch.Tensor,
@@ -221,23 +231,22 @@ def epsilon_greedy(
     def policy(obs: torch.Tensor, actor_ids: torch.Tensor, env_ids: torch.Tensor) -> Any:
         with autocast():
             q = net(obs)
-        n = len(obs)
-        explore = torch.rand(n, device=q.device, generator=generator) < epsilons[actor_ids]
-        random = torch.randint(0, net.num_actions, (n,), device=q.device, generator=generator)
-        return {"actions": torch.where(explore, random, q.argmax(-1)), "q": q}
+        return {"actions": explore(q, actor_ids, epsilons, generator), "q": q}
 
     return policy
 
 
-def local_policy(net: QNetwork, epsilons: torch.Tensor, seed: int, num_envs: int) -> Any:
-    """`Setup.local` of Ape-X (actors on Ray hosts): each actor gets its own copy of `net`, run
-    epsilon-greedily with its own epsilon and random stream."""
+def local_policy(net: Any, epsilons: torch.Tensor, seed: int, make: Any = epsilon_greedy,
+                 lstm: int | None = None) -> Any:  # fmt: skip
+    """`Setup.local` of Ape-X and R2D2 (actors on Ray hosts): each actor gets its own copy of
+    `net`, run as `make(copy, epsilons, generator)` (a `PolicyFn`) with its own epsilon and
+    random stream; `lstm`: the state size of a recurrent policy (R2D2's)."""
 
     def local(actor: int, weights: Weights) -> LocalPolicy:
         copy_ = copy.deepcopy(net).requires_grad_(False)
         gen = torch.Generator(next(copy_.parameters()).device).manual_seed(seed + 7919 * actor)
-        policy = epsilon_greedy(copy_, epsilons.to(gen.device), gen)
-        return LocalPolicy(weights, copy_, num_envs, actor, policy=policy)
+        policy = make(copy_, epsilons.to(gen.device), gen)
+        return LocalPolicy(weights, copy_, actor, policy=policy, lstm=lstm)
 
     return local
 
@@ -337,7 +346,7 @@ def setup(
         replay=channel,
         total_steps=config.total_steps or 0,
         log_every=100,
-        local=local_policy(learner.net, learner.epsilons, config.seed, n) if config.ray else None,
+        local=local_policy(learner.net, learner.epsilons, config.seed) if config.ray else None,
         note=rate_note(config),
     )
 

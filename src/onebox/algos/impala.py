@@ -350,12 +350,10 @@ def train_async(
 
     def setup(config: Config, obs_space: Any, act_space: Any, device: torch.device) -> Any:
         learner = Learner(config, obs_space, act_space, device, update_fn)
-        n = config.envs_per_actor or 1
-
-        net = learner.net  # the closure holds the network, not the learner (Ray ships it)
+        net, lstm = learner.net, config.lstm  # the closure holds no learner (Ray ships it)
 
         def local(actor: int, weights: Weights) -> LocalPolicy:
-            return LocalPolicy(weights, copy.deepcopy(net), n, actor)
+            return LocalPolicy(weights, copy.deepcopy(net), actor, lstm=lstm)
 
         return actor_learner.Setup(
             spec=actor_spec(config),

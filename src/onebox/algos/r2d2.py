@@ -10,7 +10,9 @@ server, which keeps every actor-env's LSTM state (SEED RL), zeroes it where an e
 batches every actor's requests into one forward pass. The served policy acts epsilon-greedily with
 Ape-X's per-actor epsilons and returns, besides the actions, the (h, c) each env's network had
 before the step: the actors record them like any other output, so each stored sequence starts
-from the state the actor really had.
+from the state the actor really had. With `--ray ADDRESS` the actors run on actor hosts of a Ray
+cluster (`onebox.cluster.actor_hosts`), each with its own copy of the network that keeps its
+envs' states the same way (`onebox.sampling.inference.EnvStates`).
 
 The channel (`onebox.sampling.channels.SequenceChannel`) cuts each actor-env's steps into
 sequences of `seq_len` steps overlapping by `overlap`, which never cross an episode end
@@ -39,9 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from onebox import run
-from onebox.algos import actor_learner
-from onebox.algos.apex import actor_epsilons
+from onebox import cluster, run
+from onebox.algos import actor_learner, apex
 from onebox.algos.common import check_positive, parse_env_options, resolve_env
 from onebox.nn.networks import QNetwork, RecurrentQNetwork
 from onebox.replay import SequenceBatch, SequenceReplay, mixed_priority
@@ -117,7 +118,16 @@ class Config(TorchConfig):
     """Run each actor in its own process (its env pool included), talking to the inference
     server through shared memory; an actor that dies is restarted."""
     actor_restarts: int = 3
-    """With `--process-actors`: how often one actor may be restarted before the run fails."""
+    """With `--process-actors` or `--ray`: how often one actor (or actor host) may be restarted
+    before the run fails."""
+    ray: str | None = None
+    """Run the actors on the Ray cluster at this address (HOST:PORT, as `ray start --head`
+    prints it, or `auto`: the cluster of this machine), each host with its own copy of the
+    recurrent Q-network, keeping its envs' LSTM states; the learner and the replay table stay in
+    this process. Needs `pip install "onebox[ray]"`; see docs/cluster.md."""
+    actor_hosts: int | None = None
+    """With `--ray`: Ray actor processes that run the `--actors` between them (default: one per
+    node of the cluster)."""
     max_batch: int = 1024
     """Inference server: most envs per forward pass."""
     timeout_ms: float = 1.0
@@ -208,6 +218,8 @@ def resolve(config: Config) -> Config:
             )
     if c.actor_restarts < 0:
         raise ValueError(f"--actor-restarts must be >= 0, got {c.actor_restarts}")
+    cluster.check_flags(c.ray, c.actor_hosts, "--actor-hosts",
+                        {"--process-actors": c.process_actors}, c.actors)  # fmt: skip
     return config
 
 
@@ -244,6 +256,21 @@ def nstep_targets(q: torch.Tensor, q_target: torch.Tensor, batch: SequenceBatch,
     return returns + discount * value
 
 
+def epsilon_greedy(net: RecurrentQNetwork, epsilons: torch.Tensor,
+                   generator: torch.Generator) -> Any:  # fmt: skip
+    """`net` as a recurrent `PolicyFn`: epsilon-greedy actions, each row with its actor's
+    epsilon, and the state (h, c) the network had before this step (recorded by the actors);
+    plus the state after it."""
+
+    def policy(obs: torch.Tensor, actor_ids: torch.Tensor, env_ids: torch.Tensor,
+               state: tuple[torch.Tensor, torch.Tensor]) -> Any:  # fmt: skip
+        q, after = net.unroll(obs[None], state)
+        actions = apex.explore(q[0], actor_ids, epsilons, generator)
+        return {"actions": actions, "h": state[0], "c": state[1]}, after
+
+    return policy
+
+
 class Learner:
     """The recurrent Q-network served epsilon-greedily per actor, its target network, optimizer."""
 
@@ -253,22 +280,12 @@ class Learner:
         self.net = make_net(config, obs_space, act_space).to(device)
         self.target = copy.deepcopy(self.net).requires_grad_(False)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate or 0.0)
-        eps = actor_epsilons(config.actors or 1, config.eps_base or 0.0, config.eps_alpha)
+        eps = apex.actor_epsilons(config.actors or 1, config.eps_base or 0.0, config.eps_alpha)
         self.epsilons = torch.as_tensor(eps, dtype=torch.float32, device=device)
         self.outputs = state_outputs(config)
         self.updates = 0
         self.generator = torch.Generator(device).manual_seed(config.seed)
-
-    def policy(self, obs: torch.Tensor, actor_ids: torch.Tensor, env_ids: torch.Tensor,
-               state: tuple[torch.Tensor, torch.Tensor]) -> Any:  # fmt: skip
-        """Epsilon-greedy actions, each row with its actor's epsilon, and the state (h, c) the
-        network had before this step (recorded by the actors); plus the state after it."""
-        q, after = self.net.unroll(obs[None], state)
-        q, n, g = q[0], len(obs), self.generator
-        explore = torch.rand(n, device=q.device, generator=g) < self.epsilons[actor_ids]
-        random = torch.randint(0, self.net.num_actions, (n,), device=q.device, generator=g)
-        actions = torch.where(explore, random, q.argmax(-1))
-        return {"actions": actions, "h": state[0], "c": state[1]}, after
+        self.policy = epsilon_greedy(self.net, self.epsilons, self.generator)
 
     def update(self, batch: SequenceBatch, server: InferenceServer) -> dict[str, float]:
         c, dev = self.config, self.device
@@ -374,13 +391,16 @@ def setup(
     channel = SequenceChannel(table, c.envs_per_actor, c.learning_starts, c.batch_size,
                               c.samples_per_insert or None,
                               slack=c.actors * c.envs_per_actor * c.unroll)  # fmt: skip
+    learner = Learner(config, obs_space, act_space, device, channel)
+    local = apex.local_policy(learner.net, learner.epsilons, c.seed, epsilon_greedy, c.lstm)
     return actor_learner.Setup(
         spec=actor_spec(config),
-        learner=Learner(config, obs_space, act_space, device, channel),
+        learner=learner,
         channel=channel,
         replay=channel,
         total_steps=c.total_steps,
         log_every=20,
+        local=local if c.ray else None,
     )
 
 

@@ -1,4 +1,4 @@
-"""Scale-out on Ray: `--ray ADDRESS` spreads the actors of IMPALA, APPO and Ape-X
+"""Scale-out on Ray: `--ray ADDRESS` spreads the actors of IMPALA, APPO, Ape-X and R2D2
 (`onebox.cluster.actor_hosts`) or an evolution run's population (`onebox.cluster.evolve_hosts`)
 over the machines of a Ray cluster. Ray is the engine; onebox only places its own pieces on it.
 

@@ -1,11 +1,12 @@
-"""Actor hosts on Ray: the actors of IMPALA, APPO and Ape-X spread over a cluster's machines.
+"""Actor hosts on Ray: the actors of IMPALA, APPO, Ape-X and R2D2 spread over a cluster's machines.
 
     learner node (the driver):  learner, channel (FIFO or replay), one pump thread per host
         ^ unrolls                 | versioned weights (Ray's object store, once per version)
         |                         v
     actor host h (a Ray actor process on any node): its actors (threads, each an env pool), a
         node-local copy of the policy (`Setup.local`; with several actors behind the host's own
-        inference server, which batches their requests), a bounded queue of finished unrolls
+        inference server, which batches their requests; either keeps a recurrent policy's
+        state per env, `EnvStates`), a bounded queue of finished unrolls
 
 Each pump asks its host for the unrolls finished since its last call (`ActorHost.take`), handing
 it the learner's newest weights when the host's copy is older, and puts them on the channel.

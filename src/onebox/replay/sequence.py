@@ -309,5 +309,13 @@ class SequenceReplay:
         """`load` a saved table for envs that restart fresh episodes (a resumed run): the steps
         of each env's unfinished episode are dropped, so no sequence joins two episodes."""
         self.load(path)
-        self.stage["episode_start"][:] = self.stage["steps"]
-        self.stage["covered"][:] = 0
+        self.drop_open()
+
+    def drop_open(self, envs: Any = None) -> None:
+        """The envs (all, or those of `envs`) start fresh episodes where theirs were cut (a
+        resumed run, a restarted actor): the steps of their unfinished episodes not yet in a
+        stored sequence are dropped, so no sequence joins two episodes. No-op for an env whose
+        episode just ended."""
+        rows = check_envs(envs, self.num_envs)
+        self.stage["episode_start"][rows] = self.stage["steps"][rows]
+        self.stage["covered"][rows] = 0

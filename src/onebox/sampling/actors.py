@@ -39,7 +39,7 @@ from torch import nn
 import onebox.envs
 from onebox.envs.shm import Block, Layout
 from onebox.sampling.actor_client import ActorClient, InferResult, OutputSpec
-from onebox.sampling.inference import InferenceServer, PolicyFn
+from onebox.sampling.inference import EnvStates, InferenceServer, PolicyFn
 from onebox.sampling.rollout import Rollout
 from onebox.sampling.sampler import EpisodeTracker
 
@@ -177,16 +177,16 @@ class Weights:
 
 class LocalPolicy:
     """Actor-side inference (IMPALA, and every actor host on Ray): a copy of the network,
-    reloaded whenever the learner has published newer weights, with each env's recurrent state
-    kept here. `policy`: the copy as a `PolicyFn` (default: `actor_critic_policy(net)`)."""
+    reloaded whenever the learner has published newer weights. `policy`: the copy as a
+    `PolicyFn` (default: `actor_critic_policy(net)`). With `lstm` (the recurrent policy's state
+    size) each env's state is kept here as the inference server keeps it (`EnvStates`)."""
 
-    def __init__(self, weights: Weights, net: Any, num_envs: int, actor_id: int = 0,
-                 policy: PolicyFn | None = None) -> None:  # fmt: skip
+    def __init__(self, weights: Weights, net: Any, actor_id: int = 0, policy: PolicyFn | None = None,
+                 lstm: int | None = None) -> None:  # fmt: skip
         self.weights, self.net, self.version = weights, net, -1
         self.policy = policy or actor_critic_policy(net)
         self.device = next(net.parameters()).device
-        recurrent = getattr(net, "recurrent", False)  # (a Q-network never is)
-        self.state = net.initial_state(num_envs, self.device) if recurrent else None
+        self.states = EnvStates(lstm, self.device) if lstm is not None else None
         self.actor_id = actor_id
 
     @torch.no_grad()
@@ -195,19 +195,15 @@ class LocalPolicy:
         if version != self.version:
             self.net.load_state_dict(weights)
             self.version = version
-        rows = torch.as_tensor(ids, device=self.device)
-        actor_ids = torch.full_like(rows, self.actor_id)
         x = torch.as_tensor(obs, device=self.device)
-        if self.state is None:
-            out = self.policy(x, actor_ids, rows)
+        if self.states is None:
+            rows = torch.as_tensor(ids, device=self.device)
+            out = self.policy(x, torch.full_like(rows, self.actor_id), rows)
             start = None
         else:
-            h, c = self.state
-            keep = torch.as_tensor(~starts, device=self.device).float().unsqueeze(-1)
-            h[rows], c[rows] = h[rows] * keep, c[rows] * keep  # zero at episode starts
-            state0 = (h[rows], c[rows])
-            out, state1 = self.policy(x, actor_ids, rows, state0)
-            h[rows], c[rows] = state1
+            rows, state0 = self.states.before(ids, starts)
+            out, state1 = self.policy(x, torch.full_like(rows, self.actor_id), rows, state0)
+            self.states.after(rows, state1)
             start = (state0[0].cpu().numpy(), state0[1].cpu().numpy())
         outputs = {k: v.cpu().numpy() for k, v in out.items()}
         return InferResult(outputs.pop("actions"), outputs, version, start)

@@ -22,6 +22,7 @@ Both count the env steps and finished episodes that arrived (`progress()`), whic
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from collections.abc import Callable
@@ -208,7 +209,10 @@ class ReplayChannel(_TableChannel):
         # A restarted process actor's first unroll starts new episodes in envs whose episodes
         # its dead predecessor left running: those episodes were cut after its last unroll.
         cut = unroll.starts[0] & ~held.ends[-1]
-        held.truncated[-1] |= cut
+        if cut.any():  # on a copy: the arrays of an unroll from a Ray actor host are read-only
+            truncated = held.truncated.copy()
+            truncated[-1] |= cut
+            held = dataclasses.replace(held, truncated=truncated)
 
         def cat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return np.concatenate([a, b[: self.n_step]])
@@ -247,6 +251,10 @@ class SequenceChannel(_TableChannel):
         h, c = unroll.outputs["h"], unroll.outputs["c"]
         with self.lock:
             self.inserted += unroll.env_steps
+            # A restarted actor's (or Ray host's) envs begin new episodes where its predecessor
+            # left theirs running: those are cut, their open steps dropped.
+            if unroll.starts[0].any():
+                self.buffer.drop_open(envs[unroll.starts[0]])
             for t in range(unroll.actions.shape[0]):
                 self.buffer.add(unroll.obs[t], unroll.actions[t], unroll.rewards[t],
                                 unroll.terminated[t], unroll.truncated[t], unroll.final_obs[t],

@@ -23,8 +23,9 @@ Two kinds of actors:
 With `lstm=H` the policy is recurrent: the server keeps an (h, c) pair of size H for every
 (actor, env), resets it when the actor flags that env's episode as ended (`dones`: this
 observation starts a new episode) or when the actor restarts (`reset_actor`, or a process actor's
-death), and calls `policy_fn(obs, (h, c)) -> (action, logprob, value, (h, c))`. Without it,
-`policy_fn(obs) -> (action, logprob, value)`.
+death), in an `EnvStates` per actor (an actor-side `onebox.sampling.actors.LocalPolicy` keeps
+its envs' states in one the same way), and calls `policy_fn(obs, (h, c)) -> (action, logprob,
+value, (h, c))`. Without it, `policy_fn(obs) -> (action, logprob, value)`.
 
 The learner changes the weights in place inside `with server.updating(): ...`, which excludes
 concurrent inference and then increments `server.version` (on CUDA the server runs on its own
@@ -138,6 +139,36 @@ class _ProcActor(Worker):
         return self.conns[1]
 
 
+class EnvStates:
+    """One actor's recurrent state: an (h, c) pair of size `size` per env (by env id, grown on
+    demand, zeros for an env never seen), zeroed where an env's observation starts an episode.
+    The inference server keeps one per actor; an actor-side `LocalPolicy` its own."""
+
+    def __init__(self, size: int, device: torch.device | str) -> None:
+        self.size, self.device = size, torch.device(device)
+        self.h = torch.zeros(0, size, device=self.device)
+        self.c = torch.zeros(0, size, device=self.device)
+
+    def before(self, env_ids: np.ndarray, starts: np.ndarray | None) -> tuple[torch.Tensor, Any]:
+        """The rows of envs `env_ids` (as an index tensor) and their (h, c) for this step,
+        zeroed first where `starts[i]` (env i's observation begins an episode; None: none)."""
+        top = int(np.max(env_ids, initial=-1)) + 1
+        if len(self.h) < top:
+            size = max(top, 2 * len(self.h))
+            h, c = (torch.zeros(size, self.size, device=self.device) for _ in range(2))
+            h[: len(self.h)], c[: len(self.c)] = self.h, self.c
+            self.h, self.c = h, c
+        ids = torch.as_tensor(env_ids, device=self.device)
+        if starts is not None and starts.any():
+            ended = ids[torch.as_tensor(starts, device=self.device)]
+            self.h[ended], self.c[ended] = 0.0, 0.0
+        return ids, (self.h[ids], self.c[ids])
+
+    def after(self, ids: torch.Tensor, state: Any) -> None:
+        """Keep (h, c), the state the policy reached, for the envs of `before`'s `ids`."""
+        self.h[ids], self.c[ids] = state
+
+
 class InferenceServer:
     """Batches the inference requests of many actors onto one policy on one device.
 
@@ -214,7 +245,7 @@ class InferenceServer:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._procs: dict[int, _ProcActor] = {}
         self._new: list[_ProcActor] = []  # spawned, not yet watched by the server thread
-        self._states: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._states: dict[int, EnvStates] = {}
         self._resets: set[int] = set()  # actors whose recurrent state to drop
         self._closed = False
         self.error: str | None = None
@@ -452,20 +483,6 @@ class InferenceServer:
             self._register(p)
         return dropped
 
-    def _state(self, actor: int, top: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actor's (h, c) rows for env ids up to `top`, zeros for envs never seen."""
-        assert self.lstm is not None
-        h, c = self._states.get(actor, (None, None))
-        if h is None or len(h) <= top:
-            size = max(top + 1, 2 * (len(h) if h is not None else 0))
-            new_h = torch.zeros(size, self.lstm, device=self.device)
-            new_c = torch.zeros(size, self.lstm, device=self.device)
-            if h is not None and c is not None:
-                new_h[: len(h)], new_c[: len(c)] = h, c
-            h, c = new_h, new_c
-            self._states[actor] = (h, c)
-        return h, c
-
     @torch.no_grad()
     def _run(self, batch: list[_Request], n: int) -> None:
         """One policy call for the requests of `batch` (n envs in all); answer each."""
@@ -479,14 +496,13 @@ class InferenceServer:
         if self.lstm is not None:
             rows = []
             for r in batch:
-                h, c = self._state(r.actor, int(r.env_ids.max(initial=0)))
-                ids = torch.as_tensor(r.env_ids, device=self.device)
-                if r.dones is not None and r.dones.any():
-                    ended = ids[torch.as_tensor(r.dones, device=self.device)]
-                    h[ended], c[ended] = 0.0, 0.0
-                rows.append((h, c, ids))
-            h0 = torch.cat([h[ids] for h, _, ids in rows])
-            c0 = torch.cat([c[ids] for _, c, ids in rows])
+                states = self._states.get(r.actor)
+                if states is None:
+                    states = self._states[r.actor] = EnvStates(self.lstm, self.device)
+                ids, state0 = states.before(r.env_ids, r.dones)
+                rows.append((states, ids, state0))
+            h0 = torch.cat([state0[0] for _, _, state0 in rows])
+            c0 = torch.cat([state0[1] for _, _, state0 in rows])
         try:
             with self._weights:
                 version = self.version
@@ -509,9 +525,9 @@ class InferenceServer:
         if self.lstm is not None:
             start = 0
             h0n, c0n = h0.cpu().numpy(), c0.cpu().numpy()
-            for h, c, ids in rows:
+            for states, ids, _ in rows:
                 end = start + len(ids)
-                h[ids], c[ids] = h1[start:end], c1[start:end]
+                states.after(ids, (h1[start:end], c1[start:end]))
                 start = end
         actions = outputs.pop("actions")
         start = 0
