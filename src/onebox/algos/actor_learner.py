@@ -64,6 +64,33 @@ class Channel(Protocol):
 
 
 @dataclasses.dataclass
+class ActorFields:
+    """The config fields of the actors and the inference server, shared by every learner on
+    this loop (IMPALA, APPO, Ape-X, R2D2)."""
+
+    process_actors: bool = False
+    """Run each actor in its own process (its env pool included), talking to the inference
+    server through shared memory; an actor that dies is restarted."""
+    actor_restarts: int = 3
+    """With `--process-actors` or `--ray`: how often one actor (or actor host) may be restarted
+    before the run fails."""
+    ray: str | None = None
+    """Run the actors on the Ray cluster at this address (HOST:PORT, as `ray start --head`
+    prints it, or `auto`: the cluster of this machine), each host with its own copy of the
+    policy; the learner (and its replay table) stay in this process. Needs
+    `pip install "onebox[ray]"`; see docs/cluster.md."""
+    actor_hosts: int | None = None
+    """With `--ray`: Ray actor processes that run the `--actors` between them (default: one per
+    node of the cluster)."""
+    max_batch: int = 1024
+    """Inference server: most envs per forward pass."""
+    timeout_ms: float = 1.0
+    """Inference server: how long a request waits for others to join its batch."""
+    num_threads: int = 1
+    """Env pool threads per actor."""
+
+
+@dataclasses.dataclass
 class Setup:
     """What a learner module hands the loop."""
 

@@ -65,7 +65,7 @@ from onebox.sampling.rollout import Rollout, bootstrapped_rewards
 
 
 @dataclasses.dataclass
-class Config(TorchConfig, AccelFields):
+class Config(TorchConfig, AccelFields, actor_learner.ActorFields):
     """Train an agent with IMPALA (V-trace). Fields left unset come from the env family's preset."""
 
     preset: Literal["auto", "classic", "atari"] = "auto"
@@ -99,20 +99,6 @@ class Config(TorchConfig, AccelFields):
     """Gradient norm clip (preset: 0.5 classic, 40 Atari)."""
     queue_unrolls: int | None = None
     """Unrolls the actors may have waiting for the learner (default: 2 batches); bounds the lag."""
-    process_actors: bool = False
-    """Run each actor in its own process (its env pool included), talking to the inference
-    server and the learner through shared memory; an actor that dies is restarted. Needs
-    `--inference central`."""
-    actor_restarts: int = 3
-    """With `--process-actors` or `--ray`: how often one actor (or actor host) may be restarted
-    before the run fails."""
-    ray: str | None = None
-    """Run the actors on the Ray cluster at this address (HOST:PORT, as `ray start --head`
-    prints it, or `auto`: the cluster of this machine); the learner stays in this process. Needs
-    `pip install "onebox[ray]"`; see docs/cluster.md."""
-    actor_hosts: int | None = None
-    """With `--ray`: Ray actor processes that run the `--actors` between them, each with its own
-    copy of the policy (default: one per node of the cluster)."""
     lstm: int | None = None
     """Size of an LSTM core between the torso and the heads; None: a feed-forward net."""
     inference: Literal["central", "local"] | None = None
@@ -121,12 +107,6 @@ class Config(TorchConfig, AccelFields):
     `sync_every` updates (IMPALA). Default: central, local with `--ray`."""
     sync_every: int = 1
     """With `--inference local`: learner updates between weight syncs to the actors."""
-    max_batch: int = 1024
-    """Inference server: most envs per forward pass."""
-    timeout_ms: float = 1.0
-    """Inference server: how long a request waits for others to join its batch."""
-    num_threads: int = 1
-    """Env pool threads per actor."""
 
     @property
     def batch_size(self) -> int:

@@ -54,7 +54,7 @@ from onebox.sampling.inference import InferenceServer
 
 
 @dataclasses.dataclass
-class Config(TorchConfig):
+class Config(TorchConfig, actor_learner.ActorFields):
     """Train an agent with R2D2. Fields left unset come from the env family's preset."""
 
     preset: Literal["auto", "classic", "atari"] = "auto"
@@ -114,26 +114,6 @@ class Config(TorchConfig):
     """Importance-sampling exponent, annealed to 1 over the run's expected learner updates."""
     max_grad_norm: float | None = None
     """Gradient norm clip (preset: 10 classic, 40 Atari)."""
-    process_actors: bool = False
-    """Run each actor in its own process (its env pool included), talking to the inference
-    server through shared memory; an actor that dies is restarted."""
-    actor_restarts: int = 3
-    """With `--process-actors` or `--ray`: how often one actor (or actor host) may be restarted
-    before the run fails."""
-    ray: str | None = None
-    """Run the actors on the Ray cluster at this address (HOST:PORT, as `ray start --head`
-    prints it, or `auto`: the cluster of this machine), each host with its own copy of the
-    recurrent Q-network, keeping its envs' LSTM states; the learner and the replay table stay in
-    this process. Needs `pip install "onebox[ray]"`; see docs/cluster.md."""
-    actor_hosts: int | None = None
-    """With `--ray`: Ray actor processes that run the `--actors` between them (default: one per
-    node of the cluster)."""
-    max_batch: int = 1024
-    """Inference server: most envs per forward pass."""
-    timeout_ms: float = 1.0
-    """Inference server: how long a request waits for others to join its batch."""
-    num_threads: int = 1
-    """Env pool threads per actor."""
     save_replay: bool = False
     """Also save the replay table with each checkpoint (`replay.npz` in the run folder), so
     that a resumed run continues with it. Without it a resumed run refills the table for
