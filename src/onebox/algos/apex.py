@@ -231,7 +231,41 @@ def local_policy(net: Any, epsilons: torch.Tensor, seed: int, make: Any = epsilo
     return local
 
 
-class Learner:
+class TargetLearner:
+    """What Ape-X's and R2D2's learners share: an online network the actors' policy serves, its
+    target network and optimizer, the step that changes the served weights, and the state a
+    checkpoint keeps. A subclass sets `config`, `net`, `target`, `opt` and `updates`."""
+
+    config: Any
+    net: nn.Module
+    target: nn.Module
+    opt: torch.optim.Optimizer
+    updates: int
+
+    def step(self, loss: torch.Tensor, server: InferenceServer) -> None:
+        """Backpropagate `loss`, clip the gradient norm, step the optimizer inside
+        `server.updating()`, and copy the target network every `target_update` updates."""
+        self.opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.net.parameters(), self.config.max_grad_norm or 0.0)
+        with server.updating():
+            self.opt.step()
+        self.updates += 1
+        if self.updates % (self.config.target_update or 1) == 0:
+            self.target.load_state_dict(self.net.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "target": self.target.state_dict(),
+                "optimizer": self.opt.state_dict()}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.target.load_state_dict(state["target"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.updates = state["updates"]
+
+
+class Learner(TargetLearner):
     """A dueling Q-network served epsilon-greedily per actor, its target network and optimizer."""
 
     def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device,
@@ -252,32 +286,14 @@ class Learner:
         self.policy = epsilon_greedy(self.net, self.epsilons, self.generator, self.accel.autocast)
 
     def update(self, batch: ReplayBatch, server: InferenceServer) -> dict[str, float]:
-        c = self.config
         with self.accel.autocast():
             td, q_taken = td_errors(self.net, self.target, batch, True, self.device)
         weights = torch.as_tensor(batch.weights, device=self.device)
         loss = (weights * td.pow(2)).mean()
-        self.opt.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm or 0.0)
-        with server.updating():
-            self.opt.step()
-        self.updates += 1
-        if self.updates % (c.target_update or 1) == 0:
-            self.target.load_state_dict(self.net.state_dict())
+        self.step(loss, server)
         self.channel.update_priorities(batch.indices, td.detach().abs().cpu().numpy())
         return {"losses/td_loss": loss.item(), "losses/q_values": q_taken.mean().item(),
                 "charts/replay_size": len(self.channel.buffer)}  # fmt: skip
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"net": self.net.state_dict(), "target": self.target.state_dict(),
-                "optimizer": self.opt.state_dict()}  # fmt: skip
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.target.load_state_dict(state["target"])
-        self.opt.load_state_dict(state["optimizer"])
-        self.updates = state["updates"]
 
 
 CHECKPOINT_KEYS = ("net", "target", "optimizer")

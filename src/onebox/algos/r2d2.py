@@ -251,7 +251,7 @@ def epsilon_greedy(net: RecurrentQNetwork, epsilons: torch.Tensor,
     return policy
 
 
-class Learner:
+class Learner(apex.TargetLearner):
     """The recurrent Q-network served epsilon-greedily per actor, its target network, optimizer."""
 
     def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device,
@@ -296,28 +296,11 @@ class Learner:
         if c.anneal_lr:
             done = min(self.updates / expected_updates(c), 1.0)
             self.opt.param_groups[0]["lr"] = (1.0 - done) * (c.learning_rate or 0.0)
-        self.opt.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm or 0.0)
-        with server.updating():
-            self.opt.step()
-        self.updates += 1
-        if self.updates % (c.target_update or 1) == 0:
-            self.target.load_state_dict(self.net.state_dict())
+        self.step(loss, server)
         abs_td, mask = td.detach().abs().cpu().numpy(), trained.cpu().numpy()
         self.channel.update_priorities(batch.indices, mixed_priority(abs_td, mask, c.priority_eta))
         return {"losses/td_loss": loss.item(), "losses/q_values": q_taken[trained].mean().item(),
                 "charts/replay_size": len(self.channel.buffer)}  # fmt: skip
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"net": self.net.state_dict(), "target": self.target.state_dict(),
-                "optimizer": self.opt.state_dict()}  # fmt: skip
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.target.load_state_dict(state["target"])
-        self.opt.load_state_dict(state["optimizer"])
-        self.updates = state["updates"]
 
 
 CHECKPOINT_KEYS = ("net", "target", "optimizer")
