@@ -1,5 +1,5 @@
 """`onebox bench dqn`: the learning-phase SPS from logs of cumulative SPS, and bad settings
-rejected before anything runs."""
+rejected before anything runs; `onebox bench apex` on a run too short to measure."""
 
 from __future__ import annotations
 
@@ -28,3 +28,11 @@ def test_learning_sps_is_the_rate_between_the_first_and_last_log_after_learning_
 def test_bad_settings_fail_before_any_run(capsys, args, message) -> None:
     assert cli.main(["bench", "dqn", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_bench_apex_run_too_short_to_measure_says_so(capsys) -> None:
+    """A run that logs its learner's updates fewer than twice has no rate: a one-line error."""
+    args = ["bench", "apex", "--total-steps", "3000", "--seconds", "0.2", "--rounds", "1",
+            "--actors", "1"]  # fmt: skip
+    assert cli.main(args) == 2
+    assert "--total-steps 3000 is too short" in capsys.readouterr().err

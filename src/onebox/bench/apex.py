@@ -99,6 +99,11 @@ def with_actors(config: ApexBenchConfig, actors: int, root: Path, k: int) -> tup
     run_dir = apex.train(c)
     with open(run_dir / "metrics.csv") as f:
         rows = [r for r in csv.DictReader(f) if r["tag"] == "charts/updates"]
+    if len(rows) < 2 or rows[0]["time"] == rows[-1]["time"]:
+        raise ValueError(
+            f"--total-steps {config.total_steps} is too short: the run with {actors} actor(s) "
+            "logged its learner updates fewer than twice; give it more steps"
+        )
     (s0, t0, u0), (s1, t1, u1) = [(int(r["step"]), float(r["time"]), float(r["value"]))
                                   for r in (rows[0], rows[-1])]  # fmt: skip
     return (u1 - u0) / (t1 - t0), (s1 - s0) / (t1 - t0)
@@ -134,17 +139,9 @@ def run(config: ApexBenchConfig) -> int:
             common.format_rate(statistics.median(s for _, s in results)),
             common.format_ratio(statistics.median(ups) / base),
         ])  # fmt: skip
-    from rich.table import Table
-
-    table = Table(title=f"Ape-X learner updates/s on {config.env}")
-    for h in header:
-        table.add_column(h, justify="left" if h == "learner" else "right")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    common.print_table(console, f"Ape-X learner updates/s on {config.env}", header, rows)
     console.print(f"{time.perf_counter() - started:.0f} s in all")
     if config.output is not None:
-        machine = common.machine_info(("numpy", "torch"))
         lines = [
             f"### Ape-X learner with its actors, {config.env}",
             "",
@@ -160,13 +157,7 @@ def run(config: ApexBenchConfig) -> int:
             "",
             common.markdown_table(header, rows, [False] + [True] * (len(header) - 1)),
             "",
-            f"Command: `{common.command_line('onebox bench apex', config)}`",
-            "",
-            f"Date: {common.now()}",
-            "",
-            "Machine:",
-            "",
-            *[f"- {k}: {v}" for k, v in machine.items()],
+            *common.provenance("onebox bench apex", config, ("numpy", "torch")),
         ]
         path = common.write_section(config.output, f"bench:apex:{config.env}", "\n".join(lines))
         console.print(f"wrote the {config.env} section of {path}")

@@ -119,16 +119,10 @@ def run(config: RayBenchConfig) -> int:
             " / ".join(f"{s:.0f}" for s, _ in results[case]), f"{sps / local:.2f}×",
             "-" if sent is None else f"{sent:.1f}",
         ])  # fmt: skip
-    from rich.table import Table
-
-    table = Table(title=f"IMPALA on {config.env}: actors in process vs on Ray hosts")
-    for h in header:
-        table.add_column(h, justify="left" if h == "actors run" else "right")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    common.print_table(
+        console, f"IMPALA on {config.env}: actors in process vs on Ray hosts", header, rows
+    )
     if config.output is not None:
-        machine = common.machine_info(("numpy", "torch", "ray"))
         lines = [
             f"### Ray actor hosts, IMPALA on {config.env}",
             "",
@@ -144,13 +138,7 @@ def run(config: RayBenchConfig) -> int:
             "",
             common.markdown_table(header, rows, [False] + [True] * (len(header) - 1)),
             "",
-            f"Command: `{common.command_line('onebox bench ray', config)}`",
-            "",
-            f"Date: {common.now()}",
-            "",
-            "Machine:",
-            "",
-            *[f"- {k}: {v}" for k, v in machine.items()],
+            *common.provenance("onebox bench ray", config, ("numpy", "torch", "ray")),
         ]
         path = common.write_section(config.output, f"bench:ray:{config.env}", "\n".join(lines))
         console.print(f"wrote the {config.env} section of {path}")

@@ -183,6 +183,20 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def print_table(
+    console: Any, title: str, header: Sequence[str], rows: Sequence[Sequence[str]]
+) -> None:
+    """`rows` as a rich table on `console`: the first column left-aligned, the others right."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
 # ---- markdown ----------------------------------------------------------------------------------
 
 
@@ -194,6 +208,13 @@ def markdown_table(
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def provenance(prog: str, config: Any, packages: Sequence[str]) -> list[str]:
+    """The closing lines of a benchmark section: its command, date and machine."""
+    machine = machine_info(packages)
+    return [f"Command: `{command_line(prog, config)}`", "", f"Date: {now()}", "", "Machine:", "",
+            *[f"- {k}: {v}" for k, v in machine.items()]]  # fmt: skip
 
 
 def markers(key: str) -> tuple[str, str]:

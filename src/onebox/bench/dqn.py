@@ -164,16 +164,8 @@ def run(config: DqnBenchConfig) -> int:
         ["CleanRL dqn_atari.py", f"{statistics.median(theirs):.0f}",
          f"{min(theirs):.0f}-{max(theirs):.0f}", *("-" for _ in split), "1.00×"],
     ]  # fmt: skip
-    from rich.table import Table
-
-    table = Table(title=f"DQN learning-phase SPS on {config.env}")
-    for h in header:
-        table.add_column(h, justify="left" if h == "run" else "right")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    common.print_table(console, f"DQN learning-phase SPS on {config.env}", header, rows)
     if config.output is not None:
-        machine = common.machine_info(("numpy", "torch", "gymnasium", "ale-py"))
         lines = [
             "### DQN against CleanRL's dqn_atari.py",
             "",
@@ -192,13 +184,9 @@ def run(config: DqnBenchConfig) -> int:
             + ", ".join(f"{a:.0f} / {b:.0f}" for a, b in zip(ours, theirs, strict=True))
             + ".",
             "",
-            f"Command: `{common.command_line('onebox bench dqn', config)}`",
-            "",
-            f"Date: {common.now()}",
-            "",
-            "Machine:",
-            "",
-            *[f"- {k}: {v}" for k, v in machine.items()],
+            *common.provenance(
+                "onebox bench dqn", config, ("numpy", "torch", "gymnasium", "ale-py")
+            ),
         ]
         path = common.write_section(config.output, f"bench:dqn:{config.env}", "\n".join(lines))
         console.print(f"wrote the {config.env} section of {path}")

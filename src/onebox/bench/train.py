@@ -130,16 +130,8 @@ def run(config: TrainBenchConfig) -> int:
         ]
         for r in results
     ]
-    from rich.table import Table
-
-    table = Table(title=f"training throughput on {config.env}")
-    for h in header:
-        table.add_column(h, justify="left" if h == "mode" else "right")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    common.print_table(console, f"training throughput on {config.env}", header, rows)
     if config.output is not None:
-        machine = common.machine_info(("numpy", "torch", "gymnasium", "ale-py"))
         lines = [
             f"### Training throughput, {config.env}",
             "",
@@ -155,13 +147,9 @@ def run(config: TrainBenchConfig) -> int:
             "",
             common.markdown_table(header, rows, [False] + [True] * (len(header) - 1)),
             "",
-            f"Command: `{common.command_line('onebox bench train', config)}`",
-            "",
-            f"Date: {common.now()}",
-            "",
-            "Machine:",
-            "",
-            *[f"- {k}: {v}" for k, v in machine.items()],
+            *common.provenance(
+                "onebox bench train", config, ("numpy", "torch", "gymnasium", "ale-py")
+            ),
         ]
         path = common.write_section(config.output, f"bench:train:{config.env}", "\n".join(lines))
         console.print(f"wrote the {config.env} section of {path}")
