@@ -50,7 +50,7 @@ elif [ -d "$WHEELS" ]; then
   PY=python3
   SITE=$(mktemp -d /tmp/onebox-gpu-site.XXXXXX)
   note "offline install from $WHEELS into $SITE (log: $OUT/install.log)"
-  others=$(find "$WHEELS" -name '*.whl' ! -name 'onebox-*')
+  others=$(find "$WHEELS" -type f -name '*.whl' ! -name 'onebox-*')
   # shellcheck disable=SC2086
   $PY -m pip install --no-index --no-deps --no-compile --target "$SITE" $others >"$OUT/install.log" 2>&1
   export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
@@ -60,7 +60,7 @@ elif [ -d "$WHEELS" ]; then
   fi
   if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) $PY -m pip install --no-index --no-deps --no-build-isolation --upgrade \
       --no-compile --target "$SITE" "$ROOT" >>"$OUT/install.log" 2>&1; then
-    prebuilt=$(find "$WHEELS" -name 'onebox-*.whl' | head -1)
+    prebuilt=$(find "$WHEELS" -type f -name 'onebox-*.whl' | head -1)
     if [ -z "$prebuilt" ]; then
       note "building onebox failed and the wheelhouse has no onebox wheel; see $OUT/install.log"
       tail -20 "$OUT/install.log"

@@ -123,11 +123,19 @@ def test_ppo_trains_in_bf16_from_the_command_line(tmp_path: Path) -> None:
 
 @cuda
 @needs_cuda
+def test_atari_on_cuda_leaves_the_cpu_cores_to_the_envs() -> None:
+    c = ppo.resolve(ppo.Config(env="Pong-v5", device="cuda"))
+    assert c.torch_threads == 1  # the physical cores on a CPU: idle OpenMP threads would spin
+
+
+@cuda
+@needs_cuda
 def test_cuda_staging_pins_and_equals_the_host() -> None:
     staging = Staging("cuda")
     assert staging.pinned
-    for k in range(3 * Staging.RING):  # the ring wraps: every buffer reused, grown, shared
-        obs = images((16, 3, 20)[k % 3], seed=k)
+    lengths = (16, 3, 20, 7)  # a period prime to the ring's: each buffer holds every length
+    for k in range(len(lengths) * Staging.RING):  # the ring wraps: buffers reused, grown, shared
+        obs = images(lengths[k % len(lengths)], seed=k)
         out = staging(obs)
         assert out.device.type == "cuda" and out.dtype == torch.uint8
         np.testing.assert_array_equal(out.cpu().numpy(), obs)

@@ -146,3 +146,14 @@ def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message)
     assert cli.main(["train", "apex", "--runs-dir", str(tmp_path), *args]) == 2
     assert message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_the_actors_share_the_cores_and_atari_on_a_cpu_takes_them_for_torch() -> None:
+    cores = onebox.envs.physical_cores()
+    c = apex.resolve(apex.Config(env="Pong-v5", device="cpu"))
+    assert c.actors == 8 and c.num_threads == max(1, cores // 8)
+    assert c.torch_threads == cores
+    c = apex.resolve(apex.Config(env="CartPole-v1", actors=1, device="cpu"))
+    assert c.num_threads == cores and c.torch_threads == 1
+    c = apex.resolve(apex.Config(env="Pong-v5", num_threads=3, torch_threads=2, device="cpu"))
+    assert (c.num_threads, c.torch_threads) == (3, 2)  # given ones are kept

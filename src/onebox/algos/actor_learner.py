@@ -86,8 +86,9 @@ class ActorFields:
     """Inference server: most envs per forward pass."""
     timeout_ms: float = 1.0
     """Inference server: how long a request waits for others to join its batch."""
-    num_threads: int = 1
-    """Env pool threads per actor."""
+    num_threads: int | None = None
+    """Env pool threads per actor (default: this machine's physical cores shared among the
+    actors, at least 1 each)."""
 
 
 @dataclasses.dataclass

@@ -32,6 +32,27 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
+def torch_threads(family: str, device: str) -> int:
+    """Torch's CPU threads when a config leaves them out: the physical cores for Atari's CNNs on
+    a CPU, else 1. Small networks only lose from more; with the networks on a GPU, more would
+    only take cores from the env threads (idle OpenMP threads spin before they sleep)."""
+    if family == "atari" and resolve_device(device).type == "cpu":
+        return onebox.envs.physical_cores()
+    return 1
+
+
+def fill_threads(config: Any, family: str) -> Any:
+    """`config` with the thread counts it left None: env threads, the physical cores (shared
+    among the actors, for a learner that has them), and `torch_threads`."""
+    if config.num_threads is None:
+        actors = getattr(config, "actors", None) or 1
+        threads = max(1, onebox.envs.physical_cores() // actors)
+        config = dataclasses.replace(config, num_threads=threads)
+    if config.torch_threads is None:
+        config = dataclasses.replace(config, torch_threads=torch_threads(family, config.device))
+    return config
+
+
 def seed_everything(seed: int, deterministic: bool = True) -> None:
     """Seed Python, numpy and torch; optionally make cuDNN deterministic."""
     random.seed(seed)
@@ -141,11 +162,7 @@ def resolve_env(config: Any, presets: Presets, check_spaces: SpaceCheck) -> Any:
     check_spaces(obs_space, act_space)
     family = config.preset if config.preset != "auto" else family
     config = presets.fill(config, family)
-    if config.num_threads is None:
-        config = dataclasses.replace(config, num_threads=onebox.envs.physical_cores())
-    if config.torch_threads is None:
-        threads = onebox.envs.physical_cores() if family == "atari" else 1
-        config = dataclasses.replace(config, torch_threads=threads)
+    config = fill_threads(config, family)
     check_positive(config, "total_steps", "num_envs", "torch_threads")
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"--gamma must be in [0, 1], got {config.gamma}")

@@ -42,6 +42,7 @@ from onebox.algos import actor_learner
 from onebox.algos.common import (
     check_lstm,
     check_positive,
+    fill_threads,
     greedy_policy,
     parse_env_options,
     probe_env,
@@ -142,9 +143,7 @@ def resolve(config: Config, presets: Presets = PRESETS) -> Config:
     if family == "continuous":
         raise ValueError(f"impala here takes discrete actions; {config.env} has continuous ones")
     config = presets.fill(config, config.preset if config.preset != "auto" else family)
-    if config.torch_threads is None:
-        threads = onebox.envs.physical_cores() if config.preset == "atari" else 1
-        config = dataclasses.replace(config, torch_threads=threads)
+    config = fill_threads(config, config.preset)
     if config.queue_unrolls is None:
         config = dataclasses.replace(config, queue_unrolls=2 * (config.batch_unrolls or 1))
     check_positive(config, "total_steps", "actors", "envs_per_actor", "unroll", "batch_unrolls")

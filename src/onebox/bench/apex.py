@@ -96,14 +96,24 @@ def with_actors(config: ApexBenchConfig, actors: int, root: Path, k: int) -> tup
     from onebox.algos import apex
 
     c = base_config(config, actors, root, f"actors{actors}-{k}")
-    run_dir = apex.train(c)
-    with open(run_dir / "metrics.csv") as f:
-        rows = [r for r in csv.DictReader(f) if r["tag"] == "charts/updates"]
-    if len(rows) < 2 or rows[0]["time"] == rows[-1]["time"]:
+    rates = learning_rates(apex.train(c) / "metrics.csv")
+    if rates is None:
         raise ValueError(
             f"--total-steps {config.total_steps} is too short: the run with {actors} actor(s) "
             "logged its learner updates fewer than twice; give it more steps"
         )
+    return rates
+
+
+def learning_rates(metrics: Path) -> tuple[float, float] | None:
+    """(updates/s, env steps/s) of an actor-learner run between the first and the last of its
+    update counts in `metrics` (its metrics.csv), or None if it logged fewer than two."""
+    if not metrics.is_file():
+        return None
+    with open(metrics) as f:
+        rows = [r for r in csv.DictReader(f) if r["tag"] == "charts/updates"]
+    if len(rows) < 2 or rows[0]["time"] == rows[-1]["time"]:
+        return None
     (s0, t0, u0), (s1, t1, u1) = [(int(r["step"]), float(r["time"]), float(r["value"]))
                                   for r in (rows[0], rows[-1])]  # fmt: skip
     return (u1 - u0) / (t1 - t0), (s1 - s0) / (t1 - t0)

@@ -10,6 +10,8 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
 - evolve: 1,000 Nature CNNs on Pong-v5 in float32 and bfloat16, population frames/s against the
   same pools stepped with random actions (goal: >= 90%).
 - inference: the inference server on the device serving 16 thread actors Nature-CNN requests.
+- offpolicy: Ape-X and R2D2 with their Atari presets (8 process actors of 16 envs, the learner
+  and the inference server on the device) for 45 s each: env frames/s and learner updates/s.
 - policy: the inference call alone, a Nature-CNN (and MLP) actor-critic acting on a batch of 8 and
   of 64 observations already on the device, actions fetched to the host: float32 eager and
   compiled (`--compile`: CUDA graphs on a GPU), and bf16 at 64, with the first (compiling) call's
@@ -40,8 +42,8 @@ import torch
 
 from onebox.bench import common
 
-Part = Literal["policy", "envs", "train", "inference", "evolve", "learn"]
-PARTS: tuple[Part, ...] = ("envs", "train", "evolve", "inference", "policy", "learn")
+Part = Literal["policy", "envs", "train", "inference", "evolve", "offpolicy", "learn"]
+PARTS: tuple[Part, ...] = ("envs", "train", "evolve", "inference", "offpolicy", "policy", "learn")
 ENV = "Pong-v5"
 FRAMES = 4  # frames per Pong-v5 step (frame skip)
 
@@ -77,11 +79,16 @@ class GpuBenchConfig:
 SIZES: dict[bool, dict[str, Any]] = {
     False: dict(seconds=3.0, env_counts=(32, 128), iterations=3, throughput_envs=128, steps=None,
                 population=1000, slots=250, episode_cap=300, actors=16, actor_envs=32,
-                batches=(8, 64), learn_envs=64),
+                batches=(8, 64), learn_envs=64, offpolicy_seconds=45.0,
+                offpolicy_starts={"apex": 20_000, "r2d2": 250}, offpolicy_args=()),
     True: dict(seconds=0.3, env_counts=(4,), iterations=1, throughput_envs=4, steps=16, population=6,
-               slots=4, episode_cap=10, actors=2, actor_envs=2, batches=(2,), learn_envs=4),
+               slots=4, episode_cap=10, actors=2, actor_envs=2, batches=(2,), learn_envs=4,
+               offpolicy_seconds=40.0, offpolicy_starts={"apex": 200, "r2d2": 10},
+               offpolicy_args=("--actors", "2", "--envs-per-actor", "2", "--batch-size", "8")),
 }  # fmt: skip
-"""The suite's sizes, full and `--tiny`."""
+"""The suite's sizes, full and `--tiny`. The off-policy runs' learning starts (transitions for
+Ape-X, sequences of 40 new steps for R2D2) are below their presets' 50,000 and 1,000, which would
+spend much of a short run filling the table."""
 
 
 def run(config: GpuBenchConfig) -> int:
@@ -112,8 +119,8 @@ def run(config: GpuBenchConfig) -> int:
             body = f"## {part}\n\nSkipped: less than a minute was left before the deadline."
         else:
             try:
-                if part == "learn":
-                    body = part_learn(config, device, size, out)
+                if part in ("offpolicy", "learn"):
+                    body = PART_FNS[part](config, device, size, out)
                 else:
                     body = PART_FNS[part](config, device, size, engine)
             except Exception:  # the report says it, and the other parts still run
@@ -351,6 +358,59 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
     ])  # fmt: skip
 
 
+# ---- offpolicy: Ape-X and R2D2 on Pong ------------------------------------------------------------
+
+
+def _train_for(args: list[str], seconds: float, log: Path) -> float:
+    """Run `onebox ARGS` for at most `seconds`, then Ctrl-C it (a run saves a checkpoint and
+    exits); its wall time."""
+    t0 = time.time()
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "onebox", *args], stdout=f,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    return time.time() - t0
+
+
+def part_offpolicy(config: GpuBenchConfig, device: torch.device, size: dict, out: Path) -> str:
+    from onebox.bench.apex import learning_rates
+
+    threads = max(1, config.env_threads // 8)
+    rows, commands = [], []
+    for algo, starts in size["offpolicy_starts"].items():
+        args = ["train", algo, "--env", ENV, "--device", str(device), "--process-actors",
+                "--num-threads", str(threads), "--learning-starts", str(starts),
+                *size["offpolicy_args"], "--total-steps", "50000000",
+                "--runs-dir", str(out / "runs"), "--name", algo, "--checkpoint-minutes", "0",
+                "--progress", "False"]  # fmt: skip
+        commands.append(f"`onebox {' '.join(args)}`")
+        wall = _train_for(args, size["offpolicy_seconds"], out / f"{algo}.log")
+        rates = learning_rates(out / "runs" / algo / "metrics.csv")
+        if rates is None:
+            rows.append([algo, f"{wall:.0f} s", "-", "-", "-", f"too few updates: see {algo}.log"])
+            continue
+        updates, steps = rates
+        rows.append([algo, f"{wall:.0f} s", common.format_rate(steps),
+                     common.format_rate(FRAMES * steps), f"{updates:.1f}", ""])  # fmt: skip
+    header = ["learner", "wall", "env steps/s", "frames/s", "updates/s", "note"]
+    return "\n".join([
+        f"## Ape-X and R2D2 on {ENV}, learner on {device}", "",
+        f"Each run's Atari preset with process actors of {threads} env thread(s), stopped after "
+        f"{size['offpolicy_seconds']:g} s; rates between the first and last update counts the run "
+        "logged (its learning phase):", "",
+        *[f"- {c}" for c in commands], "",
+        _table(header, rows),
+    ])  # fmt: skip
+
+
 # ---- learn: PPO on Pong to 20 -------------------------------------------------------------------
 
 
@@ -362,20 +422,12 @@ def part_learn(config: GpuBenchConfig, device: torch.device, size: dict, out: Pa
         return "## Learning run\n\nSkipped: less than half a minute was left before the deadline."
     runs = out / "runs"
     n = size["learn_envs"]
-    args = [sys.executable, "-m", "onebox", "train", "ppo", "--env", ENV, "--num-envs", str(n),
+    args = ["train", "ppo", "--env", ENV, "--num-envs", str(n),
             "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4",
             "--sampler", "double", "--total-steps", "10000000", "--device", str(device),
             "--num-threads", str(config.env_threads), "--runs-dir", str(runs), "--name", "learn",
             "--checkpoint-minutes", "0", "--progress", "False"]  # fmt: skip
-    t0 = time.time()
-    with open(out / "learn.log", "w") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            proc.wait(timeout=60 * minutes)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)  # saves a checkpoint and exits
-            proc.wait(timeout=60)
-    wall = time.time() - t0
+    wall = _train_for(args, 60 * minutes, out / "learn.log")
     returns, sps = [], 0.0
     metrics = runs / "learn" / "metrics.csv"
     if metrics.is_file():
@@ -386,7 +438,7 @@ def part_learn(config: GpuBenchConfig, device: torch.device, size: dict, out: Pa
                 elif r["tag"] == "charts/SPS":
                     sps = float(r["value"])
     lines = [f"## Learning run: PPO on {ENV}", "",
-             f"`{' '.join(args[1:])}`, stopped after {wall / 60:.1f} min (the budget: "
+             f"`onebox {' '.join(args)}`, stopped after {wall / 60:.1f} min (the budget: "
              f"{minutes:.1f} min). Score: the mean of the last 20 whole games.", ""]  # fmt: skip
     if len(returns) < 20:
         return "\n".join([*lines, f"Fewer than 20 games finished ({len(returns)}); see learn.log."])
@@ -411,4 +463,5 @@ def part_learn(config: GpuBenchConfig, device: torch.device, size: dict, out: Pa
 
 
 PART_FNS = {"policy": part_policy, "envs": part_envs, "train": part_train,
-            "inference": part_inference, "evolve": part_evolve}  # fmt: skip
+            "inference": part_inference, "evolve": part_evolve, "offpolicy": part_offpolicy,
+            "learn": part_learn}  # fmt: skip

@@ -56,7 +56,7 @@ class TorchConfig(TrainConfig):
     device: str = "auto"
     """Torch device: `auto` (CUDA if present), `cpu`, `cuda`, `cuda:1`, ..."""
     torch_threads: int | None = None
-    """CPU threads for torch (default: the physical cores for Atari's CNNs, else 1: small ops
-    only lose from more)."""
+    """CPU threads for torch (default: the physical cores for Atari's CNNs on a CPU, else 1:
+    small ops only lose from more, and beside a GPU more only take cores from the envs)."""
     torch_deterministic: bool = True
     """Deterministic cuDNN kernels."""
