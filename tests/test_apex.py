@@ -32,7 +32,8 @@ def test_actor_epsilons_are_ape_xs() -> None:
 
 def test_each_actor_explores_with_its_own_epsilon_through_the_server() -> None:
     obs_space, act_space = spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2)
-    config = apex.Config(actors=3, eps_base=0.5, eps_alpha=2.0, learning_rate=1e-3, seed=0)
+    config = apex.resolve(apex.Config(actors=3, eps_base=0.5, eps_alpha=2.0, learning_rate=1e-3,
+                                      seed=0, device="cpu"))  # fmt: skip
     learner = apex.Learner(config, obs_space, act_space, torch.device("cpu"), None)  # type: ignore[arg-type]
     for p in learner.net.parameters():
         p.data.zero_()

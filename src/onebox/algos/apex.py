@@ -79,6 +79,9 @@ class Config(TorchConfig, AccelFields, actor_learner.ActorFields):
     """See eps_base."""
     learning_rate: float | None = None
     """Adam learning rate (preset: 2.5e-4 classic, 0.00025 / 4 Atari)."""
+    anneal_lr: bool | None = None
+    """Anneal the learning rate linearly to 0 over the run's expected learner updates (needs
+    --samples-per-insert; preset: on classic, off Atari)."""
     gamma: float = 0.99
     """Discount factor."""
     n_step: int = 3
@@ -98,7 +101,7 @@ class Config(TorchConfig, AccelFields, actor_learner.ActorFields):
     priority_alpha: float = 0.6
     """How much priorities shape sampling (0: uniform)."""
     priority_beta: float = 0.4
-    """Initial importance-sampling exponent, annealed to 1 over total_steps learner updates."""
+    """Importance-sampling exponent, annealed to 1 over the run's expected learner updates."""
     max_grad_norm: float | None = None
     """Gradient norm clip (preset: 10 classic, 40 Atari)."""
     hidden: tuple[int, ...] = (120, 84)
@@ -117,13 +120,14 @@ class Config(TorchConfig, AccelFields, actor_learner.ActorFields):
 PRESETS = Presets(Config, {
     "classic": dict(
         total_steps=200_000, actors=4, envs_per_actor=4, unroll=16, learning_rate=2.5e-4,
-        eps_base=0.1, buffer_size=50_000, batch_size=64, learning_starts=2_000,
+        eps_base=0.1, anneal_lr=True, buffer_size=50_000, batch_size=64, learning_starts=2_000,
         target_update=250, max_grad_norm=10.0, samples_per_insert=16.0,
     ),
     "atari": dict(
         total_steps=50_000_000, actors=8, envs_per_actor=16, unroll=16, eps_base=0.4,
         learning_rate=0.00025 / 4, buffer_size=2_000_000, batch_size=512,
         learning_starts=50_000, target_update=2_500, max_grad_norm=40.0, samples_per_insert=0.0,
+        anneal_lr=False,
     ),
 })  # fmt: skip
 """Per env family: Ape-X's published Atari settings (epsilons 0.4 ** (1 + 7 i / (N - 1)),
@@ -154,8 +158,7 @@ def resolve(config: Config) -> Config:
     check_positive(config, "actors", "envs_per_actor", "unroll", "learning_rate", "buffer_size")
     check_positive(config, "batch_size", "target_update", "max_grad_norm", "max_batch")
     check_positive(config, "n_step", "eps_base", "num_threads")
-    if config.samples_per_insert is None or config.samples_per_insert < 0:
-        raise ValueError(f"--samples-per-insert must be >= 0, got {config.samples_per_insert}")
+    check_rate_limit(config)
     assert config.learning_starts is not None and config.unroll is not None
     if config.unroll < config.n_step:
         raise ValueError(f"--unroll ({config.unroll}) must be at least --n-step ({config.n_step})")
@@ -181,6 +184,25 @@ def resolve(config: Config) -> Config:
     cluster.check_flags(config.ray, config.actor_hosts, "--actor-hosts",
                         {"--process-actors": config.process_actors}, config.actors)  # fmt: skip
     return config
+
+
+def check_rate_limit(config: Any) -> None:
+    """Check `samples_per_insert` and what `anneal_lr` needs of it (Ape-X's and R2D2's)."""
+    if config.samples_per_insert is None or config.samples_per_insert < 0:
+        raise ValueError(f"--samples-per-insert must be >= 0, got {config.samples_per_insert}")
+    if config.anneal_lr and not config.samples_per_insert:
+        raise ValueError(
+            "--anneal-lr counts the learner updates a run held to --samples-per-insert makes; "
+            "set --samples-per-insert > 0 or --anneal-lr False"
+        )
+
+
+def expected_updates(config: Any, steps_per_item: int = 1) -> int:
+    """The learner updates of a run held to `samples_per_insert` (1 where it is 0), each
+    sampling `batch_size` items of `steps_per_item` env steps (transitions: 1): the
+    importance-sampling exponent reaches 1, and an annealed learning rate 0, at the last."""
+    per_step = (config.samples_per_insert or 1) / (steps_per_item * config.batch_size)
+    return max(int(config.total_steps * per_step), 1)
 
 
 def actor_epsilons(actors: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
@@ -278,7 +300,7 @@ class Learner(TargetLearner):
         eps = actor_epsilons(config.actors or 1, config.eps_base, config.eps_alpha)
         self.epsilons = torch.as_tensor(eps, dtype=torch.float32, device=device)
         self.outputs = {"q": ((self.net.num_actions,), np.float32)}
-        self.updates = 0
+        self.updates, self.expected_updates = 0, expected_updates(config)
         self.generator = torch.Generator(device).manual_seed(config.seed)
         self.accel = Accel.of(config, device)
         self.accel.setup()
@@ -320,7 +342,8 @@ def make_buffer(config: Config, obs_space: Any, act_space: Any) -> ReplayBuffer:
     return ReplayBuffer(
         config.buffer_size or 1, tuple(obs_space.shape), obs_space.dtype, (), np.int64,
         config.num_envs, n_step=config.n_step, gamma=config.gamma, prioritized=True,
-        alpha=config.priority_alpha, beta=config.priority_beta, beta_steps=config.total_steps,
+        alpha=config.priority_alpha, beta=config.priority_beta,
+        beta_steps=expected_updates(config),
         frame_stack=offpolicy.frame_stack(config, SimpleNamespace(single_observation_space=obs_space)),
         seed=config.seed,
     )  # fmt: skip

@@ -178,13 +178,7 @@ def resolve(config: Config) -> Config:
         raise ValueError(
             f"--learning-starts must be in [0, --buffer-size], got {c.learning_starts}"
         )
-    if c.samples_per_insert < 0:
-        raise ValueError(f"--samples-per-insert must be >= 0, got {c.samples_per_insert}")
-    if c.anneal_lr and not c.samples_per_insert:
-        raise ValueError(
-            "--anneal-lr counts the learner updates a run held to --samples-per-insert makes; "
-            "set --samples-per-insert > 0 or --anneal-lr False"
-        )
+    apex.check_rate_limit(c)
     if c.envs_per_actor > c.max_batch:
         raise ValueError(
             f"--envs-per-actor ({c.envs_per_actor}) must be <= --max-batch ({c.max_batch})"
@@ -263,7 +257,7 @@ class Learner(apex.TargetLearner):
         eps = apex.actor_epsilons(config.actors or 1, config.eps_base or 0.0, config.eps_alpha)
         self.epsilons = torch.as_tensor(eps, dtype=torch.float32, device=device)
         self.outputs = state_outputs(config)
-        self.updates = 0
+        self.updates, self.expected_updates = 0, expected_updates(config)
         self.generator = torch.Generator(device).manual_seed(config.seed)
         self.policy = epsilon_greedy(self.net, self.epsilons, self.generator)
 
@@ -293,9 +287,6 @@ class Learner(apex.TargetLearner):
         td = torch.where(trained, q_taken - y, 0.0)
         weights = torch.as_tensor(batch.weights, device=dev)[:, None]
         loss = (weights * td.pow(2)).sum() / (len(td) * (seq_len - burn))
-        if c.anneal_lr:
-            done = min(self.updates / expected_updates(c), 1.0)
-            self.opt.param_groups[0]["lr"] = (1.0 - done) * (c.learning_rate or 0.0)
         self.step(loss, server)
         abs_td, mask = td.detach().abs().cpu().numpy(), trained.cpu().numpy()
         self.channel.update_priorities(batch.indices, mixed_priority(abs_td, mask, c.priority_eta))
@@ -333,11 +324,9 @@ def actor_spec(config: Config) -> ActorSpec:
 
 
 def expected_updates(config: Config) -> int:
-    """The learner updates of a run held to `samples_per_insert` (1 where it is 0): the
-    importance-sampling exponent reaches 1, and an annealed learning rate 0, at the last."""
-    c: Any = config
-    stride = c.seq_len - c.overlap
-    return max(int(c.total_steps * (c.samples_per_insert or 1) / (stride * c.batch_size)), 1)
+    """The learner updates of the run (see `apex.expected_updates`): a sequence brings
+    `seq_len - overlap` new env steps."""
+    return apex.expected_updates(config, config.seq_len - config.overlap)
 
 
 def setup(

@@ -42,6 +42,8 @@ class ApexBenchConfig:
     """Rate limit of every run (default: the preset's)."""
     torch_threads: int | None = None
     """Torch CPU threads (default: the preset's)."""
+    process_actors: bool = False
+    """Run the actors in processes (`onebox train apex --process-actors`), not threads."""
     rounds: int = 3
     """Interleaved rounds."""
     output: Path | None = None
@@ -56,7 +58,7 @@ def base_config(config: ApexBenchConfig, actors: int, root: Path, name: str):  #
               "torch_threads": config.torch_threads}  # fmt: skip
     return apex.resolve(apex.Config(
         env=config.env, actors=actors, total_steps=config.total_steps, runs_dir=str(root),
-        name=name, checkpoint_minutes=0.0, progress=False,
+        name=name, checkpoint_minutes=0.0, progress=False, process_actors=config.process_actors,
         **{k: v for k, v in fields.items() if v is not None},
     ))  # fmt: skip
 
@@ -152,8 +154,9 @@ def run(config: ApexBenchConfig) -> int:
     common.print_table(console, f"Ape-X learner updates/s on {config.env}", header, rows)
     console.print(f"{time.perf_counter() - started:.0f} s in all")
     if config.output is not None:
+        kind = "process" if config.process_actors else "thread"
         lines = [
-            f"### Ape-X learner with its actors, {config.env}",
+            f"### Ape-X learner with its {kind} actors, {config.env}",
             "",
             f"The preset's learner (batch {c.batch_size}, {c.envs_per_actor} envs per actor, "
             f"unrolls of {c.unroll}, rate limit {c.samples_per_insert} sampled transitions per "
@@ -169,6 +172,7 @@ def run(config: ApexBenchConfig) -> int:
             "",
             *common.provenance("onebox bench apex", config, ("numpy", "torch")),
         ]
-        path = common.write_section(config.output, f"bench:apex:{config.env}", "\n".join(lines))
+        key = f"bench:apex:{config.env}" + (":process" if config.process_actors else "")
+        path = common.write_section(config.output, key, "\n".join(lines))
         console.print(f"wrote the {config.env} section of {path}")
     return 0
