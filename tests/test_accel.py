@@ -6,6 +6,9 @@ network's outputs, and a short run of each learner on CUDA resumed on the CPU.""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +232,30 @@ def test_cuda_run_completes_and_resumes_on_the_cpu(tmp_path: Path, algo: str) ->
     assert cli.main(["train", "--resume", str(run_dir)]) == 0
     assert run.load_checkpoint(run_dir)["global_step"] > steps
     assert cli.main(["eval", str(run_dir), "--episodes", "1"]) == 0
+
+
+@pytest.mark.skipif(
+    (os.cpu_count() or 1) < 2 or not Path("/proc/self/task").is_dir(),
+    reason="needs 2 cores (MKL's default team) and Linux's /proc",
+)
+def test_the_inference_server_thread_keeps_torch_to_the_process_thread_count() -> None:
+    """After `torch.set_num_threads(1)`, the server's thread (started later) runs its policy on
+    one thread too: without `inherit_torch_threads` its matrix products start an OpenMP team
+    whose idle worker spins beside the learner (an extra thread in the process)."""
+    script = """
+import os, numpy as np, torch
+from gymnasium import spaces
+from onebox.algos import apex
+from onebox.sampling.inference import InferenceServer
+torch.set_num_threads(1)
+obs_space, act_space = spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2)
+config = apex.resolve(apex.Config(actors=1, device="cpu"))
+learner = apex.Learner(config, obs_space, act_space, torch.device("cpu"), None)
+before = len(os.listdir("/proc/self/task"))
+with InferenceServer(learner.policy, obs_space, act_space, outputs=learner.outputs) as server:
+    for _ in range(200):
+        server.infer(0, np.arange(64), np.zeros((64, 4), np.float32))
+    print(len(os.listdir("/proc/self/task")) - before)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert int(out.stdout.split()[-1]) == 1  # the server's own thread, and no OpenMP worker

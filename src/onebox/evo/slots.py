@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from onebox.nn.accel import Staging
+from onebox.nn.accel import Staging, inherit_torch_threads
 from onebox.nn.population import PopulationNet
 from onebox.run import TimeSplit
 
@@ -154,6 +154,7 @@ class SlotPlayer:
         errors: list[BaseException] = []
 
         def play(g: SlotGroup) -> None:
+            inherit_torch_threads()
             try:
                 self._play(g, stop)
             except BaseException as e:

@@ -38,6 +38,7 @@ from torch import nn
 
 import onebox.envs
 from onebox.envs.shm import Block, Layout
+from onebox.nn.accel import inherit_torch_threads
 from onebox.sampling.actor_client import ActorClient, InferResult, OutputSpec
 from onebox.sampling.inference import EnvStates, InferenceServer, PolicyFn
 from onebox.sampling.rollout import Rollout
@@ -231,6 +232,7 @@ class ThreadActor(threading.Thread):
         self._buf: dict[str, np.ndarray] = {}
 
     def run(self) -> None:
+        inherit_torch_threads()  # a local policy runs here
         try:
             collect(self.spec, self.infer, self.envs, self.seed, self._buffers, self._publish)
         except BaseException as e:  # handed to the learner, which raises it

@@ -52,7 +52,7 @@ import torch
 from gymnasium import spaces
 
 from onebox.envs.shm import Block
-from onebox.nn.accel import SideStream, Staging
+from onebox.nn.accel import SideStream, Staging, inherit_torch_threads
 from onebox.sampling.actor_client import (
     DONE,
     REQUEST,
@@ -391,6 +391,7 @@ class InferenceServer:
     # ---- the server thread -------------------------------------------------------------------
 
     def _serve(self) -> None:
+        inherit_torch_threads()
         self._stream.enter()
         waiting: list[_Request] = []
         count = 0
