@@ -1,7 +1,9 @@
 """`onebox bench apex`: how much Ape-X's actors slow its learner.
 
 First the learner alone: Ape-X's learner (the dueling double DQN update, priorities written back)
-updates from a table filled beforehand by random play, with no actor running, for `--seconds`.
+updates from a table filled beforehand by random play, with no actor running, for `--seconds`;
+then as long beside an inference client, a thread in its process asking the learner's inference
+server for one actor's actions back to back (what the actors' requests alone cost the learner).
 Then `onebox train apex` with 1, 2, 4 actors (`--actors`), each for `--total-steps` env steps:
 its updates/s and env steps/s over the learning phase, from the run's own logs (an update count
 every 100 updates). All runs use the env family's preset, as `onebox train apex` does by
@@ -17,6 +19,7 @@ import dataclasses
 import os
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -63,8 +66,10 @@ def base_config(config: ApexBenchConfig, actors: int, root: Path, name: str):  #
     ))  # fmt: skip
 
 
-def learner_alone(config: ApexBenchConfig, root: Path) -> float:
-    """Updates/s of Ape-X's learner on a table of random play, no actor running."""
+def learner_alone(config: ApexBenchConfig, root: Path, client: bool = False) -> tuple[float, float]:
+    """(updates/s, requests/s) of Ape-X's learner on a table of random play, no actor running;
+    with `client`, a thread in this process asks the learner's inference server for one actor's
+    actions back to back meanwhile (what actors' requests alone cost the learner)."""
     import onebox.envs
     from onebox.algos import apex, offpolicy
     from onebox.sampling.inference import InferenceServer
@@ -84,13 +89,31 @@ def learner_alone(config: ApexBenchConfig, root: Path) -> float:
             buffer.add(obs, actions, rewards, term, trunc, offpolicy.true_next_obs(nxt, ends, info))
             obs = nxt
     learner = parts.learner
+    stop, requests = threading.Event(), [0]
     with InferenceServer(learner.policy, obs_space, act_space, outputs=learner.outputs) as server:
+
+        def ask() -> None:
+            ids, batch = np.arange(obs.shape[0]), np.ascontiguousarray(obs)
+            while not stop.is_set():
+                server.infer(0, ids, batch)
+                requests[0] += 1
 
         def update(k: int) -> None:
             for _ in range(k):
                 learner.update(parts.channel.take(lambda: False), server)
 
-        return common.measure(update, 1, config.seconds, warmup=1.0).rate
+        thread = threading.Thread(target=ask, daemon=True)
+        if client:
+            thread.start()
+        try:
+            t0, n0 = time.perf_counter(), requests[0]
+            rate = common.measure(update, 1, config.seconds, warmup=1.0).rate
+            asked = (requests[0] - n0) / (time.perf_counter() - t0)
+        finally:
+            stop.set()
+            if client:
+                thread.join()
+        return rate, asked
 
 
 def with_actors(config: ApexBenchConfig, actors: int, root: Path, k: int) -> tuple[float, float]:
@@ -128,12 +151,15 @@ def run(config: ApexBenchConfig) -> int:
     console = common.console()
     loads = [os.getloadavg()[0]]
     alone: list[float] = []
+    client: list[tuple[float, float]] = []
     runs: dict[int, list[tuple[float, float]]] = {a: [] for a in config.actors}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(config.rounds):
-            alone.append(learner_alone(config, Path(tmp)))
+            alone.append(learner_alone(config, Path(tmp))[0])
             console.print(f"round {k + 1}: learner alone {alone[-1]:.0f} updates/s")
+            client.append(learner_alone(config, Path(tmp), client=True))
+            console.print(f"round {k + 1}: learner beside a client {client[-1][0]:.0f} updates/s")
             for a in config.actors:
                 runs[a].append(with_actors(config, a, Path(tmp), k))
                 console.print(f"round {k + 1}: {a} actor(s) {runs[a][-1][0]:.0f} updates/s")
@@ -143,6 +169,13 @@ def run(config: ApexBenchConfig) -> int:
     header = ["learner", "updates/s (median)", "range", "env steps/s", "× alone"]
     rows = [["alone (no actors)", f"{base:.0f}", f"{min(alone):.0f}-{max(alone):.0f}", "-",
              "1.00×"]]  # fmt: skip
+    ups = [u for u, _ in client]
+    rows.append([
+        "alone, beside an inference client", f"{statistics.median(ups):.0f}",
+        f"{min(ups):.0f}-{max(ups):.0f}",
+        common.format_rate(c.envs_per_actor * statistics.median(r for _, r in client)),
+        common.format_ratio(statistics.median(ups) / base),
+    ])  # fmt: skip
     for a, results in runs.items():
         ups = [u for u, _ in results]
         rows.append([
@@ -161,6 +194,9 @@ def run(config: ApexBenchConfig) -> int:
             f"The preset's learner (batch {c.batch_size}, {c.envs_per_actor} envs per actor, "
             f"unrolls of {c.unroll}, rate limit {c.samples_per_insert} sampled transitions per "
             f"inserted one, {c.torch_threads} torch thread(s)) alone for {config.seconds:.0f} s, "
+            "then as long beside an inference client (a thread in its process asking its "
+            f"inference server for {c.envs_per_actor} envs' actions back to back: env steps/s "
+            "is what it was served), "
             f"then `onebox train apex` for {config.total_steps} steps per actor count; "
             f"{config.rounds} interleaved rounds (see `onebox/bench/apex.py`).",
             "",
