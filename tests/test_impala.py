@@ -54,6 +54,7 @@ def test_lstm_core_learns_cartpole(tmp_path: Path) -> None:
     assert metric(run_dir, "losses/mean_rho")[0][1] == pytest.approx(1.0, abs=1e-4)
 
 
+@pytest.mark.slow  # 80 s on a 2-core machine
 def test_appo_lstm_learns_cartpole_replaying_whole_env_columns(tmp_path: Path) -> None:
     # APPO's recurrent minibatches are env columns replayed from their start states: its first
     # batch (no lag) has importance weights of exactly 1. With APPO's classic preset, the best
