@@ -120,10 +120,8 @@ def run(config: GpuBenchConfig) -> int:
             body = f"## {part}\n\nSkipped: less than a minute was left before the deadline."
         else:
             try:
-                if part in ("offpolicy", "learn"):
-                    body = PART_FNS[part](config, device, size, out)
-                else:
-                    body = PART_FNS[part](config, device, size, engine)
+                last = out if part in ("offpolicy", "learn") else engine  # runs' folder or rates
+                body = PART_FNS[part](config, device, size, last)
             except Exception:  # the report says it, and the other parts still run
                 failed.append(part)
                 trace = traceback.format_exc().strip().splitlines()[-12:]

@@ -54,9 +54,9 @@ def check_accel(config: Any, compiles: bool = True) -> None:
         raise ValueError("--compile compiles feed-forward nets only; drop it or --lstm")
 
 
-def inherit_torch_threads() -> int:
-    """Give the calling thread the process's torch thread count (`torch.set_num_threads`), and
-    return it. Call it first in every thread that runs torch besides the main one.
+def inherit_torch_threads() -> None:
+    """Give the calling thread the process's torch thread count (`torch.set_num_threads`).
+    Call it first in every thread that runs torch besides the main one.
 
     torch sets MKL's thread count, and OpenMP's, per thread: a thread started later multiplies
     matrices with MKL's default, every core, and the idle OpenMP workers of its team spin on the
@@ -64,7 +64,6 @@ def inherit_torch_threads() -> int:
     beside its inference server's thread)."""
     n = torch.get_num_threads()  # its lazy per-thread init already applies the process's count
     torch.set_num_threads(n)  # and this MKL's, which matrix products read directly
-    return n
 
 
 def scale_images(x: torch.Tensor) -> torch.Tensor:
