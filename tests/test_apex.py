@@ -139,6 +139,10 @@ def test_four_actors_learn_cartpole(tmp_path: Path) -> None:
         (["--unroll", "2"], "must be at least --n-step"),
         (["--learning-starts", "200000"], "--learning-starts must be in"),
         (["--samples-per-insert", "-1"], "--samples-per-insert must be >= 0"),
+        (
+            ["--anneal-lr", "True", "--samples-per-insert", "0"],
+            "--anneal-lr counts the learner updates",
+        ),
         (["--eps-base", "0"], "--eps-base must be positive"),
         (["--eps-base", "1.5"], "--eps-base must be in (0, 1]"),
     ],
