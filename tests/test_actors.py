@@ -1,11 +1,13 @@
 """Actors of the actor-learner loop: unrolls record what happened (terminated and truncated
 apart, with the bootstrap input of truncated episodes), the learner bootstraps truncation once,
-recurrent unrolls carry their start state, and the process actors' shared-memory ring hands over
-only complete unrolls, oldest first."""
+recurrent unrolls carry their start state, the process actors' shared-memory ring hands over
+only complete unrolls, oldest first, and their shared weights are read whole."""
 
 from __future__ import annotations
 
 import copy
+import threading
+import time
 
 import numpy as np
 import torch
@@ -19,6 +21,7 @@ from onebox.sampling.actors import (
     ACTOR_CRITIC_OUTPUTS,
     ActorSpec,
     LocalPolicy,
+    SharedWeights,
     UnrollRing,
     Weights,
     collect,
@@ -153,3 +156,42 @@ def test_ring_hands_over_complete_unrolls_oldest_first() -> None:
         actor_side.block.close()
         ring.a = {}
         ring.block.close(unlink=True)
+
+
+def test_shared_weights_are_read_whole_and_copied_only_when_newer() -> None:
+    torch.manual_seed(0)
+    net = ActorCritic(spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2), lstm=8)
+    learner_side = SharedWeights.create(net, 3)
+    actor_side = SharedWeights(learner_side.block.layout, name=learner_side.block.name)
+    try:
+        version, state = actor_side.latest
+        assert version == 3 and state.keys() == net.state_dict().keys()
+        for k, v in net.state_dict().items():
+            assert torch.equal(state[k], v), k
+        assert actor_side.latest[1] is state  # same version: no copy
+        # A policy on the shared weights acts with them.
+        local = LocalPolicy(actor_side, copy.deepcopy(net).requires_grad_(False), lstm=8)
+        assert local(np.arange(2), np.zeros((2, 4), np.float32), np.ones(2, bool)).version == 3
+        # A reader that meets a publish under way (the count odd, the new version written
+        # already: the publish's last store is the count's) waits for the whole of it.
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(1.0)
+        learner_side.a["seq"][0] += 1
+        for k, v in net.state_dict().items():
+            learner_side.a[f"w.{k}"][...] = v.numpy()
+        learner_side.a["version"][0] = 4
+        got: list = []
+        reader = threading.Thread(target=lambda: got.append(actor_side.latest))
+        reader.start()
+        time.sleep(0.05)
+        assert reader.is_alive() and not got
+        learner_side.a["seq"][0] += 1
+        reader.join(timeout=5)
+        version, state = got[0]
+        assert version == 4
+        for k, v in net.state_dict().items():
+            assert torch.equal(state[k], v), k
+    finally:
+        actor_side.close()
+        learner_side.close(unlink=True)

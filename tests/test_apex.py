@@ -1,6 +1,7 @@
 """Ape-X: per-actor epsilons reach the served policy, learning CartPole with 4 actors (slow), a
-short run's folder, checkpoint (weights-only), eval and resume, a killed actor process restarted,
-and bad configs rejected."""
+short run's folder, checkpoint (weights-only), eval and resume, process actors served centrally
+or running their own copies, a killed actor process restarted (its copy of the network
+reattached to the learner's shared weights), and bad configs rejected."""
 
 from __future__ import annotations
 
@@ -76,13 +77,17 @@ def test_short_run_folder_checkpoint_eval_and_resume(
     assert "2 episodes" in capsys.readouterr().out
 
 
-def test_process_actors_feed_the_replay_table(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inference", ["central", "local"])
+def test_process_actors_feed_the_replay_table(tmp_path: Path, inference: str) -> None:
     args = ["train", "apex", "--env", "CartPole-v1", "--total-steps", "4000", "--learning-starts",
-            "1000", "--process-actors", "--runs-dir", str(tmp_path), "--name", "run"]  # fmt: skip
+            "1000", "--process-actors", "--inference", inference, "--runs-dir", str(tmp_path),
+            "--name", "run"]  # fmt: skip
     assert cli.main(args) == 0
     state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
     assert state["global_step"] >= 4000 and state["updates"] > 0
     assert metric(tmp_path / "run", "charts/episodic_return")
+    assert "4 actors (processes), " in (tmp_path / "run" / "log.txt").read_text()
+    assert f"(--inference {inference})" in (tmp_path / "run" / "log.txt").read_text()
 
 
 def test_killed_actor_process_is_restarted_and_the_run_finishes(tmp_path: Path) -> None:
@@ -90,7 +95,8 @@ def test_killed_actor_process_is_restarted_and_the_run_finishes(tmp_path: Path) 
     proc = subprocess.Popen(
         [sys.executable, "-m", "onebox", "train", "apex", "--env", "CartPole-v1",
          "--total-steps", "30000", "--learning-starts", "1000", "--batch-size", "32",
-         "--samples-per-insert", "2", "--process-actors", "--actors", "2", "--runs-dir",
+         "--samples-per-insert", "2", "--process-actors", "--inference", "local",
+         "--actors", "2", "--runs-dir",
          str(tmp_path), "--name", "run"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

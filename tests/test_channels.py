@@ -58,6 +58,8 @@ def test_replay_channel_priorities_match_the_tables_n_step_transitions() -> None
             terminated = rng.random((t_len, 2)) < 0.2
             channel.put(actor, unroll(obs, rewards, terminated), stop)
         step += t_len
+    assert len(buffer) == 0  # put only queues: the learner's thread inserts
+    channel.insert_queued()
     # Two unrolls per actor are in (the third is held for its successor's Q-values); a
     # transition's priority is |R + d * max Q(s') - Q(s, a)| with R and d as the table stores them.
     slots = buffer.live_indices()
@@ -98,6 +100,7 @@ def test_a_restarted_actors_new_episodes_cut_the_held_ones() -> None:
     after.starts[0] = [True, False]  # env 0 begins a new life; env 1 goes on
     channel.put(0, after, stop)
     channel.put(0, unroll(obs + 2 * t_len, rewards, no_ends), stop)
+    channel.insert_queued()
     batch = buffer.get(buffer.live_indices())
     env0 = batch.obs[:, 0] % 1 == 0
     # env 0's first life ends at the cut (next obs 4), truncated: no return reaches past it

@@ -81,6 +81,21 @@ def test_run_logs_checkpoints_evaluates_and_resumes(tmp_path: Path, capsys) -> N
     assert "2 episodes" in capsys.readouterr().out
 
 
+def test_process_actors_run_their_own_recurrent_policies_on_the_published_weights(
+    tmp_path: Path,
+) -> None:
+    run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "3200", "--actors", "2",
+                    "--process-actors", "--inference", "local", "--lstm", "16")  # fmt: skip
+    assert run.load_checkpoint(run_dir)["updates"] == 40
+    # The actors reload each version the learner publishes (shared memory): an unroll lags the
+    # learner by the unrolls ahead of it (about 9 at most: per actor 2 ring slots and the one
+    # being written, 2 in the queue, 1 in the collector's hands; one update each), never by the
+    # run's 40 as with weights never reloaded.
+    lags = [v for _, v in metric(run_dir, "charts/policy_lag")]
+    assert len(lags) == 40 and min(lags) >= 0 and max(lags[20:]) <= 12, lags
+    assert "each with its own copy of the network" in (run_dir / "log.txt").read_text()
+
+
 def test_killed_run_resumes_its_counters(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
@@ -142,7 +157,7 @@ def test_killed_actor_process_is_restarted_and_training_goes_on(tmp_path: Path) 
         (["--rho-bar", "0"], "--rho-bar must be positive"),
         (["--num-minibatches", "7"], "does not divide the batch"),
         (["--clip-coef", "0"], "--clip-coef must be positive"),
-        (["--process-actors", "--inference", "local"], "needs --inference central"),
+        (["--sync-every", "0"], "--sync-every must be positive"),
         (["--lstm", "0"], "--lstm is the LSTM core's size"),
         (["--actor-restarts", "-1"], "--actor-restarts must be >= 0"),
         (["--num-minibatches", "3", "--lstm", "8", "--unroll", "12"], "8 env columns"),

@@ -107,6 +107,7 @@ def test_stored_state_replayed_through_burn_in_is_the_actors() -> None:
         actor.stop.set()
         actor.join()
     assert actor.error is None
+    channel.insert_queued()
     # Each env's stream of steps: observation, the state before it, and the server's report of
     # the state at the unroll's first step.
     streams = []
@@ -208,6 +209,7 @@ def test_a_restarted_actors_new_episodes_start_new_sequences() -> None:
         assert not arrays["terminated"].any() and not arrays["truncated"].any()
         channel.put(0, Rollout.from_arrays({k: v for k, v in arrays.items() if k != "episodes"},
                                            [], []), stop)  # fmt: skip
+    channel.insert_queued()  # type: ignore[attr-defined]
     table = channel.buffer  # type: ignore[attr-defined]
     batch = table.get(np.arange(len(table)))
     assert len(table) == 4  # steps 0-3 of each env, in each life (4-5 of the first: dropped)

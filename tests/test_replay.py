@@ -180,6 +180,42 @@ def test_actor_priorities_at_insertion():
     np.testing.assert_allclose(got, [3 + 1e-6, 3 + 1e-6])
 
 
+@pytest.mark.parametrize(("n_step", "frame_stack"), [(1, 0), (3, 0), (3, 2)])
+def test_adding_a_block_of_steps_equals_adding_them_one_by_one(n_step: int, frame_stack: int):
+    """An actor's unroll added at once (`add_steps`) leaves the table, its staging, frames and
+    priorities exactly as adding its steps one by one does, for some envs of the table, across
+    blocks, through terminations and truncations."""
+    rng = np.random.default_rng(n_step + frame_stack)
+    shape = (frame_stack, 3) if frame_stack else (3,)
+    one, block = (ReplayBuffer(60, shape, np.float32, (), np.int64, 6, n_step=n_step, gamma=0.9,
+                               prioritized=True, frame_stack=frame_stack) for _ in range(2))  # fmt: skip
+    envs, t_len = np.array([1, 2, 4]), 5
+    obs = rng.normal(size=(3, *shape)).astype(np.float32)
+    for _ in range(6):
+        steps = []
+        for _ in range(t_len):
+            nxt = rng.normal(size=(3, *shape)).astype(np.float32)
+            if frame_stack:  # stacks shifted by one frame, as Atari's are
+                nxt[:, :-1] = obs[:, 1:]
+            term, trunc = rng.random(3) < 0.15, rng.random(3) < 0.1
+            steps.append((obs, rng.integers(4, size=3), rng.normal(size=3), term, trunc, nxt,
+                          rng.random(3)))  # fmt: skip
+            obs = np.where((term | trunc)[:, None, None] if frame_stack else (term | trunc)[:, None],
+                           rng.normal(size=(3, *shape)).astype(np.float32), nxt)  # fmt: skip
+        for step in steps:
+            one.add(*step, envs=envs)
+        block.add_steps(*(np.stack(x) for x in zip(*steps, strict=True)), envs=envs)
+        a, b = one.state_dict(), block.state_dict()
+        assert a.keys() == b.keys()
+        staged = np.arange(n_step) < a["staging.count"][:, None]  # ring slots beyond: unused
+        for k in a:
+            if k.startswith(("staging.data.", "staging.rewards")):
+                np.testing.assert_array_equal(a[k][staged], b[k][staged], err_msg=k)
+            else:
+                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert len(block) == 30  # 3 envs of 10 slots: full, the FIFO wrapped
+
+
 def test_uniform_sampling_covers_every_transition():
     buf = ReplayBuffer(6, (1,), np.float32, (), np.int64, 3, n_step=1)
     for t in range(2):

@@ -17,18 +17,19 @@ Env states cannot be saved: on resume the actors' envs restart from seeds no ear
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
-from onebox import run
+from onebox import cluster, run
 from onebox.algos import offpolicy
 from onebox.algos.common import parse_env_options, setup_torch
-from onebox.sampling.actors import ActorSpec, ProcessActors, ThreadActor, Weights
+from onebox.sampling.actors import ActorSpec, ProcessActors, SharedWeights, ThreadActor, Weights
 from onebox.sampling.channels import ReplayChannel
 from onebox.sampling.inference import InferenceServer, OutputSpec, PolicyFn
 
@@ -89,6 +90,55 @@ class ActorFields:
     num_threads: int | None = None
     """Env pool threads per actor (default: this machine's physical cores shared among the
     actors, at least 1 each)."""
+    inference: Literal["central", "local"] | None = None
+    """`central`: every step's actions come from the learner's inference server, which batches
+    all actors' requests into one forward pass (SEED RL); `local`: each actor runs its own copy
+    of the network (on the CPU in process actors and on Ray hosts), reloaded whenever the
+    learner has published newer weights, every `--sync-every` updates (IMPALA's and Ape-X's
+    actors). Default: central; local with `--ray`."""
+    sync_every: int = 1
+    """With `--inference local`: learner updates between two publishes of the weights."""
+
+
+def resolve_actors(config: Any) -> Any:
+    """Check a config's `ActorFields` (after its preset filled `actors` and `envs_per_actor`)
+    and fill `inference`; raise ValueError before any work starts."""
+    if config.envs_per_actor > config.max_batch:
+        raise ValueError(
+            f"--envs-per-actor ({config.envs_per_actor}) must be <= --max-batch ({config.max_batch})"
+        )
+    if config.actor_restarts < 0:
+        raise ValueError(f"--actor-restarts must be >= 0, got {config.actor_restarts}")
+    if config.sync_every <= 0:
+        raise ValueError(f"--sync-every must be positive, got {config.sync_every}")
+    cluster.check_flags(config.ray, config.actor_hosts, "--actor-hosts",
+                        {"--process-actors": config.process_actors,
+                         "--inference central": config.inference == "central"},
+                        config.actors)  # fmt: skip
+    if config.inference is None:
+        config = dataclasses.replace(config, inference="central" if config.ray is None else "local")
+    return config
+
+
+def actors_net(config: Any, net: torch.nn.Module) -> torch.nn.Module:
+    """The network that actor-side policies (`Setup.local`) copy: the learner's own for thread
+    actors, a CPU copy for process actors and Ray hosts, which must neither open the learner's
+    GPU nor need one."""
+    if config.process_actors or config.ray is not None:
+        return copy.deepcopy(net).cpu()
+    return net
+
+
+def actors_note(config: Any) -> str:
+    """Where a run's actors run and where their actions come from, for its log."""
+    where = "threads" if not config.process_actors else "processes"
+    where = where if config.ray is None else "on Ray actor hosts"
+    if config.inference == "central":
+        how = "their actions from the learner's inference server, batched (--inference central)"
+    else:
+        how = (f"each with its own copy of the network (--inference local), reloaded every "
+               f"{config.sync_every} learner update(s)")  # fmt: skip
+    return f"{config.actors} actors ({where}), {how}"
 
 
 @dataclasses.dataclass
@@ -101,13 +151,11 @@ class Setup:
     channel: Channel
     total_steps: int
     """The run ends once this many env steps have come through the channel."""
+    local: Callable[[int, Any], Any]
+    """The actors' own policies, for `--inference local`: (actor index, `Weights` or
+    `SharedWeights`) -> that actor's policy, on a copy of `actors_net(config, net)`."""
     log_every: int = 1
     """Learner updates between two logs of the stats."""
-    local: Callable[[int, Weights], Any] | None = None
-    """For actor-side inference (IMPALA's `--inference local`): (actor index, weights) -> the
-    actor's policy; None: every actor asks the central inference server."""
-    sync_every: int = 1
-    """With `local`: learner updates between weight syncs to the actors."""
     replay: ReplayChannel | None = None
     """The channel, when it is a replay table: saved beside each checkpoint with the config's
     `save_replay`, else refilled on resume."""
@@ -126,18 +174,14 @@ def train(
     """Train (or, with `resume`, continue the run in that folder); return the run folder.
 
     `setup(config, observation space, action space, device)` builds the learner's parts; `keys`
-    are those of its `state_dict`. The config is a `TorchConfig` with the fields actors,
-    max_batch, timeout_ms, process_actors, actor_restarts (and save_replay with a replay
-    channel); with `ray` (a cluster address, or None; a config without the field: no Ray) and
-    actor_hosts, the actors run on Ray actor hosts (`onebox.cluster.actor_hosts`), which need
-    `Setup.local`."""
+    are those of its `state_dict`. The config is a `TorchConfig` with `ActorFields` and `actors`
+    (and save_replay with a replay channel); with `ray` (a cluster address) the actors run on
+    Ray actor hosts (`onebox.cluster.actor_hosts`) with their own policies (`Setup.local`)."""
     session = run.RunSession.open(config, resume, algo, resolve, keys=(*keys, "updates"))
     config, state = session.config, session.checkpoint
-    ray_address = getattr(config, "ray", None)
+    ray_address = config.ray
     connected = False
     if ray_address is not None:  # before the run folder: a bad address writes nothing
-        from onebox import cluster
-
         connected = cluster.connect(ray_address)
     try:
         return _train(session, config, state, algo, setup, ray_address)
@@ -178,6 +222,7 @@ def _train(
         return {**learner.state_dict(), "updates": updates}
 
     with session.start(checkpoint, total=parts.total_steps):
+        session.logger.note(global_step, actors_note(config))
         if parts.note is not None:
             session.logger.note(global_step, parts.note)
         if refilled:
@@ -190,9 +235,11 @@ def _train(
                                  max_restarts=config.actor_restarts,
                                  outputs=learner.outputs)  # fmt: skip
         server.version = updates
-        if ray_address is not None and parts.local is None:
-            raise ValueError(f"{algo} has no actor-side policy for --ray")
-        weights = Weights(learner.net, updates) if parts.local is not None else None
+        local = parts.local if config.inference == "local" else None
+        weights: Weights | SharedWeights | None = None
+        if local is not None:
+            make = SharedWeights.create if config.process_actors else Weights
+            weights = make(learner.net, updates)
         seeds = [seed0 + a * n for a in range(config.actors)]
         threads: list[ThreadActor] = []
         procs: ProcessActors | None = None
@@ -200,9 +247,8 @@ def _train(
         if ray_address is None and not config.process_actors:
             for a in range(config.actors):
                 infer = (
-                    parts.local(a, weights) if parts.local is not None and weights is not None
-                    else functools.partial(server.infer, a)
-                )  # fmt: skip
+                    local(a, weights) if local is not None else functools.partial(server.infer, a)
+                )
                 threads.append(ThreadActor(a, spec, infer, channel, seeds[a]))
 
         def check() -> bool:  # while waiting for the channel: raise a failed actor's error
@@ -219,12 +265,13 @@ def _train(
             for actor in threads:
                 actor.start()
             if config.process_actors:
-                procs = ProcessActors(config.actors, spec, server, channel, seeds)
+                shared = weights if isinstance(weights, SharedWeights) else None
+                procs = ProcessActors(config.actors, spec, server, channel, seeds, local, shared)
             if ray_address is not None:
                 from onebox.cluster import actor_hosts, cpu_nodes
 
                 hosts = actor_hosts.RayActors(
-                    config.actors, config.actor_hosts or cpu_nodes(), spec, parts.local, weights,
+                    config.actors, config.actor_hosts or cpu_nodes(), spec, local, weights,
                     channel, seeds, config.actor_restarts, config.torch_threads or 1,
                 )  # fmt: skip
             while global_step < parts.total_steps and not session.stopping:
@@ -235,7 +282,7 @@ def _train(
                 with session.timer("learn"):
                     stats = learner.update(batch, server)
                 updates += 1
-                if weights is not None and updates % parts.sync_every == 0:
+                if weights is not None and updates % config.sync_every == 0:
                     weights.publish(learner.net, server.version)
                 steps, returns, lengths = channel.progress()
                 global_step += steps
@@ -261,4 +308,6 @@ def _train(
                 actor.join()
             if procs is not None:
                 procs.release()
+            if isinstance(weights, SharedWeights):
+                weights.close(unlink=True)
     return session.run_dir

@@ -6,8 +6,10 @@ prioritized replay table; one learner trains a dueling double DQN on n-step retu
 The actor-learner loop is `onebox.algos.actor_learner`'s, with a replay channel
 (`onebox.sampling.channels.ReplayChannel`) where IMPALA has a FIFO. Actors (threads, or with
 `--process-actors` processes) step their env pools with actions from the central inference
-server, which batches every actor's requests into one forward pass of the learner's Q-network.
-The served policy knows which actor asks: actor i of N acts epsilon-greedily with
+server, which batches every actor's requests into one forward pass of the learner's Q-network,
+or with `--inference local` each from its own copy of it, reloaded whenever the learner has
+published newer weights (as in Ape-X, where the actors copy the learner's every 400 frames). The
+policy knows which actor asks: actor i of N acts epsilon-greedily with
 epsilon_i = eps_base ** (1 + eps_alpha * i / (N - 1)) (Ape-X's 0.4 and 7), and returns the
 Q-values with the actions. Each actor's unrolls go into the replay table with their initial
 priorities, |n-step TD error| computed from those Q-values (as Ape-X's actors do), and the table
@@ -39,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from onebox import cluster, run
+from onebox import run
 from onebox.algos import actor_learner, offpolicy
 from onebox.algos.common import (
     adam,
@@ -173,19 +175,11 @@ def resolve(config: Config) -> Config:
         raise ValueError(
             f"--learning-starts must be in [0, --total-steps), got {config.learning_starts}"
         )
-    if config.envs_per_actor > config.max_batch:  # type: ignore[operator]
-        raise ValueError(
-            f"--envs-per-actor ({config.envs_per_actor}) must be <= --max-batch ({config.max_batch})"
-        )
     if config.eps_base > 1 or config.eps_alpha < 0:  # type: ignore[operator]
         raise ValueError("--eps-base must be in (0, 1] and --eps-alpha >= 0")
     if config.priority_alpha < 0 or not 0 <= config.priority_beta <= 1:
         raise ValueError("--priority-alpha must be >= 0 and --priority-beta in [0, 1]")
-    if config.actor_restarts < 0:
-        raise ValueError(f"--actor-restarts must be >= 0, got {config.actor_restarts}")
-    cluster.check_flags(config.ray, config.actor_hosts, "--actor-hosts",
-                        {"--process-actors": config.process_actors}, config.actors)  # fmt: skip
-    return config
+    return actor_learner.resolve_actors(config)
 
 
 def check_rate_limit(config: Any) -> None:
@@ -242,7 +236,7 @@ def epsilon_greedy(
 
 def local_policy(net: Any, epsilons: torch.Tensor, seed: int, make: Any = epsilon_greedy,
                  lstm: int | None = None) -> Any:  # fmt: skip
-    """`Setup.local` of Ape-X and R2D2 (actors on Ray hosts): each actor gets its own copy of
+    """`Setup.local` of Ape-X and R2D2 (`--inference local`): each actor gets its own copy of
     `net`, run as `make(copy, epsilons, generator)` (a `PolicyFn`) with its own epsilon and
     random stream; `lstm`: the state size of a recurrent policy (R2D2's)."""
 
@@ -359,6 +353,7 @@ def setup(
                             config.learning_starts or 0, config.batch_size or 1, spi or None,
                             slack=(config.actors or 1) * n * (config.unroll or 1))  # fmt: skip
     learner = Learner(config, obs_space, act_space, device, channel)
+    net = actor_learner.actors_net(config, learner.net)
     return actor_learner.Setup(
         spec=actor_spec(config, learner.net.num_actions),
         learner=learner,
@@ -366,7 +361,7 @@ def setup(
         replay=channel,
         total_steps=config.total_steps or 0,
         log_every=100,
-        local=local_policy(learner.net, learner.epsilons, config.seed) if config.ray else None,
+        local=local_policy(net, learner.epsilons.cpu(), config.seed),
         note=rate_note(config),
     )
 

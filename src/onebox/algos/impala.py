@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 import onebox.envs
-from onebox import cluster, run
+from onebox import run
 from onebox.algos import actor_learner
 from onebox.algos.common import (
     check_lstm,
@@ -102,12 +102,6 @@ class Config(TorchConfig, AccelFields, actor_learner.ActorFields):
     """Unrolls the actors may have waiting for the learner (default: 2 batches); bounds the lag."""
     lstm: int | None = None
     """Size of an LSTM core between the torso and the heads; None: a feed-forward net."""
-    inference: Literal["central", "local"] | None = None
-    """`central`: every step's inference is batched across actors on the server (SEED RL);
-    `local`: each actor runs its own copy of the network, synced from the learner every
-    `sync_every` updates (IMPALA). Default: central, local with `--ray`."""
-    sync_every: int = 1
-    """With `--inference local`: learner updates between weight syncs to the actors."""
 
     @property
     def batch_size(self) -> int:
@@ -148,21 +142,8 @@ def resolve(config: Config, presets: Presets = PRESETS) -> Config:
         config = dataclasses.replace(config, queue_unrolls=2 * (config.batch_unrolls or 1))
     check_positive(config, "total_steps", "actors", "envs_per_actor", "unroll", "batch_unrolls")
     check_positive(config, "learning_rate", "max_grad_norm", "queue_unrolls", "max_batch")
-    check_positive(config, "num_threads", "torch_threads", "rho_bar", "c_bar", "sync_every")
-    if config.envs_per_actor > config.max_batch:  # type: ignore[operator]
-        raise ValueError(
-            f"--envs-per-actor ({config.envs_per_actor}) must be <= --max-batch ({config.max_batch})"
-        )
-    if config.process_actors and config.inference == "local":
-        raise ValueError("--process-actors needs --inference central (the server's shared memory)")
-    cluster.check_flags(config.ray, config.actor_hosts, "--actor-hosts",
-                        {"--process-actors": config.process_actors,
-                         "--inference central": config.inference == "central"},
-                        config.actors)  # fmt: skip
-    if config.inference is None:
-        config = dataclasses.replace(config, inference="central" if config.ray is None else "local")
-    if config.actor_restarts < 0:
-        raise ValueError(f"--actor-restarts must be >= 0, got {config.actor_restarts}")
+    check_positive(config, "num_threads", "torch_threads", "rho_bar", "c_bar")
+    config = actor_learner.resolve_actors(config)
     check_lstm(config.lstm)
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"--gamma must be in [0, 1], got {config.gamma}")
@@ -329,7 +310,7 @@ def train_async(
 
     def setup(config: Config, obs_space: Any, act_space: Any, device: torch.device) -> Any:
         learner = Learner(config, obs_space, act_space, device, update_fn)
-        net, lstm = learner.net, config.lstm  # the closure holds no learner (Ray ships it)
+        net, lstm = actor_learner.actors_net(config, learner.net), config.lstm  # not the learner
 
         def local(actor: int, weights: Weights) -> LocalPolicy:
             return LocalPolicy(weights, copy.deepcopy(net), actor, lstm=lstm)
@@ -339,8 +320,7 @@ def train_async(
             learner=learner,
             channel=FifoChannel(config.queue_unrolls or 1, config.batch_unrolls or 1),
             total_steps=learner.num_updates * config.batch_size,
-            local=local if config.inference == "local" else None,
-            sync_every=config.sync_every,
+            local=local,
         )
 
     return actor_learner.train(config, resume, algo, resolve_fn, setup, CHECKPOINT_KEYS)

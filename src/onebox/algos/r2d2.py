@@ -10,9 +10,10 @@ server, which keeps every actor-env's LSTM state (SEED RL), zeroes it where an e
 batches every actor's requests into one forward pass. The served policy acts epsilon-greedily with
 Ape-X's per-actor epsilons and returns, besides the actions, the (h, c) each env's network had
 before the step: the actors record them like any other output, so each stored sequence starts
-from the state the actor really had. With `--ray ADDRESS` the actors run on actor hosts of a Ray
-cluster (`onebox.cluster.actor_hosts`), each with its own copy of the network that keeps its
-envs' states the same way (`onebox.sampling.inference.EnvStates`).
+from the state the actor really had. With `--inference local` (the default with `--ray ADDRESS`,
+whose actors run on actor hosts of a Ray cluster, `onebox.cluster.actor_hosts`) each actor runs
+its own copy of the network, which keeps its envs' states the same way
+(`onebox.sampling.inference.EnvStates`).
 
 The channel (`onebox.sampling.channels.SequenceChannel`) cuts each actor-env's steps into
 sequences of `seq_len` steps overlapping by `overlap`, which never cross an episode end
@@ -41,7 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from onebox import cluster, run
+from onebox import run
 from onebox.algos import actor_learner, apex
 from onebox.algos.common import check_positive, parse_env_options, resolve_env
 from onebox.nn.networks import QNetwork, RecurrentQNetwork
@@ -179,10 +180,6 @@ def resolve(config: Config) -> Config:
             f"--learning-starts must be in [0, --buffer-size], got {c.learning_starts}"
         )
     apex.check_rate_limit(c)
-    if c.envs_per_actor > c.max_batch:
-        raise ValueError(
-            f"--envs-per-actor ({c.envs_per_actor}) must be <= --max-batch ({c.max_batch})"
-        )
     if c.eps_base > 1 or c.eps_alpha < 0:
         raise ValueError("--eps-base must be in (0, 1] and --eps-alpha >= 0")
     for name in ("priority_eta", "priority_alpha", "priority_beta"):
@@ -190,11 +187,7 @@ def resolve(config: Config) -> Config:
             raise ValueError(
                 f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(c, name)}"
             )
-    if c.actor_restarts < 0:
-        raise ValueError(f"--actor-restarts must be >= 0, got {c.actor_restarts}")
-    cluster.check_flags(c.ray, c.actor_hosts, "--actor-hosts",
-                        {"--process-actors": c.process_actors}, c.actors)  # fmt: skip
-    return config
+    return actor_learner.resolve_actors(config)
 
 
 def rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
@@ -344,7 +337,8 @@ def setup(
                               c.samples_per_insert or None,
                               slack=c.actors * c.envs_per_actor * c.unroll)  # fmt: skip
     learner = Learner(config, obs_space, act_space, device, channel)
-    local = apex.local_policy(learner.net, learner.epsilons, c.seed, epsilon_greedy, c.lstm)
+    local = apex.local_policy(actor_learner.actors_net(c, learner.net), learner.epsilons.cpu(),
+                              c.seed, epsilon_greedy, c.lstm)  # fmt: skip
     return actor_learner.Setup(
         spec=actor_spec(config),
         learner=learner,
@@ -352,7 +346,7 @@ def setup(
         replay=channel,
         total_steps=c.total_steps,
         log_every=20,
-        local=local if c.ray else None,
+        local=local,
     )
 
 

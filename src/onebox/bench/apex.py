@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -47,6 +48,9 @@ class ApexBenchConfig:
     """Torch CPU threads (default: the preset's)."""
     process_actors: bool = False
     """Run the actors in processes (`onebox train apex --process-actors`), not threads."""
+    inference: Literal["central", "local"] = "central"
+    """Where the actors' actions come from (`onebox train apex --inference`): the learner's
+    inference server, or each actor's own copy of the network."""
     rounds: int = 3
     """Interleaved rounds."""
     output: Path | None = None
@@ -62,6 +66,7 @@ def base_config(config: ApexBenchConfig, actors: int, root: Path, name: str):  #
     return apex.resolve(apex.Config(
         env=config.env, actors=actors, total_steps=config.total_steps, runs_dir=str(root),
         name=name, checkpoint_minutes=0.0, progress=False, process_actors=config.process_actors,
+        inference=config.inference,
         **{k: v for k, v in fields.items() if v is not None},
     ))  # fmt: skip
 
@@ -189,7 +194,7 @@ def run(config: ApexBenchConfig) -> int:
     if config.output is not None:
         kind = "process" if config.process_actors else "thread"
         lines = [
-            f"### Ape-X learner with its {kind} actors, {config.env}",
+            f"### Ape-X learner with its {kind} actors, {config.inference} inference, {config.env}",
             "",
             f"The preset's learner (batch {c.batch_size}, {c.envs_per_actor} envs per actor, "
             f"unrolls of {c.unroll}, rate limit {c.samples_per_insert} sampled transitions per "
@@ -209,6 +214,7 @@ def run(config: ApexBenchConfig) -> int:
             *common.provenance("onebox bench apex", config, ("numpy", "torch")),
         ]
         key = f"bench:apex:{config.env}" + (":process" if config.process_actors else "")
+        key += ":local" if config.inference == "local" else ""
         path = common.write_section(config.output, key, "\n".join(lines))
         console.print(f"wrote the {config.env} section of {path}")
     return 0

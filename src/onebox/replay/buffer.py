@@ -151,27 +151,63 @@ class ReplayBuffer:
         `priorities`: optional TD-error magnitudes of the transitions that start at this step
         (Ape-X's actor priorities; NaN: the max), applied when their n-step returns complete;
         without them new transitions get the max priority."""
+        self._add((), obs, actions, rewards, terminated, truncated, next_obs, priorities, envs)
+
+    def add_steps(
+        self,
+        obs: Any,
+        actions: Any,
+        rewards: Any,
+        terminated: Any,
+        truncated: Any,
+        next_obs: Any,
+        priorities: Any = None,
+        envs: Any = None,
+    ) -> None:
+        """T consecutive env steps at once (an actor's unroll): `add`'s arguments with a leading
+        time axis, (T, envs, ...). The table ends as after T calls of `add`, except that a NaN
+        priority becomes the largest priority seen by the end of the block."""
+        steps = np.shape(rewards)[:1]
+        if steps and steps[0] + self.staging.n_step - 1 > self.per_env:
+            raise ValueError(
+                f"add_steps() of {steps[0]} steps could write more than an env's "
+                f"{self.per_env} slots at once; add fewer steps per call or make the table larger"
+            )
+        self._add(steps, obs, actions, rewards, terminated, truncated, next_obs, priorities, envs)
+
+    def _add(self, lead: tuple[int, ...], obs: Any, actions: Any, rewards: Any, terminated: Any,
+             truncated: Any, next_obs: Any, priorities: Any, envs: Any) -> None:  # fmt: skip
+        """`add` (`lead` ()) or `add_steps` (`lead` (T,)): check, then stage the steps."""
         rows = check_envs(envs, self.num_envs)
-        n = len(rows)
-        obs = check_obs("obs", obs, (n, *self.obs_shape), self.obs_dtype)
-        next_obs = check_obs("next_obs", next_obs, (n, *self.obs_shape), self.obs_dtype)
-        actions = as_batch("actions", actions, (n, *self.action_shape), self.action_dtype)
-        rewards = as_batch("rewards", rewards, (n,), np.dtype(np.float64))
-        terminated = check_flags("terminated", terminated, n)
-        truncated = check_flags("truncated", truncated, n)
+        shape = (*lead, len(rows))
+        obs = check_obs("obs", obs, (*shape, *self.obs_shape), self.obs_dtype)
+        next_obs = check_obs("next_obs", next_obs, (*shape, *self.obs_shape), self.obs_dtype)
+        actions = as_batch("actions", actions, (*shape, *self.action_shape), self.action_dtype)
+        rewards = as_batch("rewards", rewards, shape, np.dtype(np.float64))
+        terminated = check_flags("terminated", terminated, shape)
+        truncated = check_flags("truncated", truncated, shape)
         if priorities is None:
-            prio = np.full(n, np.nan)
+            prio = np.full(shape, np.nan)
         elif self.priorities is None:
             raise ValueError("priorities given to add() of a uniform table (prioritized=False)")
         else:
-            prio = as_batch("priorities", priorities, (n,), np.dtype(np.float64))
+            prio = as_batch("priorities", priorities, shape, np.dtype(np.float64))
+        if not lead:  # one step: a block of 1
+            obs, next_obs, actions, rewards = (
+                obs[None],
+                next_obs[None],
+                actions[None],
+                rewards[None],
+            )
+            terminated, truncated, prio = terminated[None], truncated[None], prio[None]
         staged = {"action": actions, "priority": prio}
         if self.frames is not None:
-            staged["obs_pos"], next_pos = self.frames.put(obs, next_obs, rows)
+            pos = [self.frames.put(obs[t], next_obs[t], rows) for t in range(len(obs))]
+            staged["obs_pos"] = np.stack([p for p, _ in pos])
+            next_pos = np.stack([p for _, p in pos])
         else:
             staged["obs"] = obs
         out = self.staging.push(staged, rewards, terminated, truncated, rows)
-        row_of = np.searchsorted(rows, out.envs)  # each emitted transition's row in this step
 
         counts = np.bincount(out.envs, minlength=self.num_envs)
         rank = np.arange(len(out.envs)) - (np.cumsum(counts) - counts)[out.envs]
@@ -184,11 +220,11 @@ class ReplayBuffer:
         t["discounts"][slots] = out.discounts
         if self.frames is not None:
             t["obs_pos"][slots] = out.fields["obs_pos"]
-            t["next_pos"][slots] = next_pos[row_of]
+            t["next_pos"][slots] = next_pos[out.steps, out.rows]
             self._drop_overwritten()
         else:
             t["obs"][slots] = out.fields["obs"]
-            t["next_obs"][slots] = next_obs[row_of]
+            t["next_obs"][slots] = next_obs[out.steps, out.rows]
         if self.priorities is not None:
             self.priorities.add(slots, out.fields["priority"])
 

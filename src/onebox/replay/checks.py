@@ -35,12 +35,12 @@ def check_obs(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) ->
     return arr
 
 
-def check_flags(name: str, value: Any, num_envs: int) -> np.ndarray:
-    """Terminated/truncated flags: booleans, one per env."""
+def check_flags(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """Terminated/truncated flags: booleans of `shape` (one per env, or per step and env)."""
     arr = np.asarray(value)
-    if arr.shape != (num_envs,) or arr.dtype != np.bool_:
+    if arr.shape != shape or arr.dtype != np.bool_:
         raise ValueError(
-            f"{name} must be a bool array of shape ({num_envs},), got {arr.dtype} {arr.shape}"
+            f"{name} must be a bool array of shape {shape}, got {arr.dtype} {arr.shape}"
         )
     return arr
 

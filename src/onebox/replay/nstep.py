@@ -1,9 +1,11 @@
 """n-step returns computed at insertion, from a small staging ring per env.
 
-Each env step is pushed for all envs at once. A step leaves the staging as a transition when its
-n-step window is complete, or earlier when the episode ends: at termination every staged step of
-that env leaves with the rewards up to the end and discount 0 (no bootstrap); at truncation they
-leave with discount gamma**k for the k steps they span, to bootstrap from the final observation.
+Steps are pushed for all envs (or a set of them) at once, one step or a block of consecutive
+steps. A step leaves the staging as a transition when its n-step window is complete, or earlier
+when the episode ends: at termination every staged step of that env leaves with the rewards up
+to the end and discount 0 (no bootstrap); at truncation they leave with discount gamma**k for
+the k steps they span, to bootstrap from the final observation. A block is one pass of numpy over
+its (env, step) grid, whatever its length: an actor's whole unroll costs about what one step does.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ class Emitted:
     """Transitions that left the staging, ordered by env then age (oldest first)."""
 
     envs: np.ndarray  # (m,) int64: the env of each
+    rows: np.ndarray  # (m,) int64: the env's row among the pushed ones
+    steps: np.ndarray  # (m,) int64: the pushed step that completed it (its last step)
     fields: dict[str, np.ndarray]  # the staged fields of each transition's first step
     returns: np.ndarray  # (m,) float64: sum_k gamma**k * r_{t+k}
     discounts: np.ndarray  # (m,) float64: gamma**steps, 0 if terminated within them
@@ -34,7 +38,8 @@ def check_nstep_args(n_step: int, gamma: float) -> None:
 
 
 class NStepStaging:
-    """Up to `n_step` staged steps per env, each with `fields` (name -> (shape, dtype))."""
+    """Up to `n_step - 1` staged steps per env between pushes, each with `fields` (name ->
+    (shape, dtype)): a ring per env, its oldest step at `head`."""
 
     def __init__(
         self,
@@ -52,10 +57,7 @@ class NStepStaging:
         self.rewards = np.zeros((num_envs, n_step), dtype=np.float64)
         self.head = np.zeros(num_envs, dtype=np.int64)  # ring index of the oldest staged step
         self.count = np.zeros(num_envs, dtype=np.int64)  # staged steps per env
-        self._envs, self._ages = np.arange(num_envs), np.arange(n_step)
-        # returns by age = staged rewards by age @ _suffix: _suffix[k, j] = gamma**(k - j), k >= j
-        lag = self._ages[:, None] - self._ages
-        self._suffix = np.where(lag >= 0, self.gamma ** np.maximum(lag, 0), 0.0)
+        self._envs = np.arange(num_envs)
         self._powers = self.gamma ** np.arange(n_step + 1, dtype=np.float64)
 
     def push(
@@ -66,34 +68,63 @@ class NStepStaging:
         truncated: np.ndarray,
         envs: np.ndarray | None = None,
     ) -> Emitted:
-        """Stage one step of every env (or of the envs `envs`, increasing ids, row i being env
-        envs[i]); return the transitions it completes."""
-        n, ages = self.n_step, self._ages
+        """Stage a block of T consecutive steps of every env (or of the envs `envs`, increasing
+        ids, row i being env envs[i]): arrays with leading axes (T, rows); return the
+        transitions they complete.
+
+        Each env's staged steps and the block form one sequence of positions; the transition
+        starting at a position spans the steps up to the first episode end within n_step of
+        them, and leaves once that span is known (it ends at an episode end, or spans n_step
+        steps); the positions left over stay staged."""
+        n = self.n_step
         envs = self._envs if envs is None else envs
-        head, count = self.head[envs], self.count[envs] + 1
-        slot = (head + count - 1) % n
-        for name, value in fields.items():
-            self.data[name][envs, slot] = value
-        self.rewards[envs, slot] = rewards
-        done = terminated | truncated
+        t_len, rows = rewards.shape
+        old, length = n - 1, n - 1 + t_len  # positions: up to n - 1 staged, then the block
+        pos = np.arange(length)
+        count = self.count[envs]
+        ring = (self.head[envs, None] + pos[:old] - (old - count[:, None])) % n
+        valid = pos >= old - count[:, None]  # (rows, length): a staged or pushed step
+        staged = (envs[:, None], ring)
 
-        ring = (head[:, None] + ages) % n  # (envs, n): ring index of each age
-        staged = ages < count[:, None]
-        returns = (self.rewards[envs[:, None], ring] * staged) @ self._suffix
-        full = count == n
-        emit = staged & (done[:, None] | (full[:, None] & (ages == 0)))
-        row, age = np.nonzero(emit)
-        discounts = self._powers[count[row] - age] * ~terminated[row]
-        env, index = envs[row], ring[row, age]
-        out = {name: value[env, index] for name, value in self.data.items()}
-        emitted = Emitted(env, out, returns[row, age], discounts)
+        seqs = {name: np.concatenate([self.data[name][staged], value.swapaxes(0, 1)], axis=1)
+                for name, value in fields.items()}  # fmt: skip
+        rew = np.concatenate([self.rewards[staged], rewards.T], axis=1)
+        ends = np.zeros((rows, length), np.bool_)  # a staged step never ends an episode
+        ends[:, old:] = (terminated | truncated).T
+        term = np.zeros((rows, length), np.bool_)
+        term[:, old:] = terminated.T
 
-        slide = full & ~done
-        head[slide] = (head[slide] + 1) % n
-        count[slide] -= 1
-        head[done] = 0
-        count[done] = 0
-        self.head[envs], self.count[envs] = head, count
+        returns = np.zeros((rows, length))
+        discounts = np.zeros((rows, length))
+        last = np.full((rows, length), -1)  # the position of each transition's last step
+        alive = valid.copy()  # spans still open
+        for k in range(n):
+            q = pos + k
+            inside = q < length
+            alive[:, ~inside] = False  # spans past the block wait for more steps
+            qi = np.minimum(q, length - 1)
+            returns += alive * self._powers[k] * rew[:, qi]
+            stop = alive & ends[:, qi]
+            discounts[stop] = self._powers[k + 1] * ~term[:, qi][stop]
+            last[stop] = np.broadcast_to(qi, stop.shape)[stop]
+            alive &= ~stop
+        discounts[alive] = self._powers[n]  # spans of n steps, no episode end within
+        last[alive] = np.broadcast_to(np.minimum(pos + n - 1, length - 1), alive.shape)[alive]
+        emit = last >= 0
+        row, p = np.nonzero(emit)  # by row, then position (oldest first)
+        out = {name: seq[row, p] for name, seq in seqs.items()}
+        emitted = Emitted(envs[row], row, last[row, p] - old, out, returns[row, p],
+                          discounts[row, p])  # fmt: skip
+
+        # The steps left over: each row's last few positions, restaged from ring index 0.
+        left = valid & ~emit
+        count = left.sum(1)
+        row, p = np.nonzero(left)
+        age = p - (length - count[row])
+        for name, seq in seqs.items():
+            self.data[name][envs[row], age] = seq[row, p]
+        self.rewards[envs[row], age] = rew[row, p]
+        self.head[envs], self.count[envs] = 0, count
         return emitted
 
     def state_dict(self) -> dict[str, np.ndarray]:

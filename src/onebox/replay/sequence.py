@@ -169,8 +169,8 @@ class SequenceReplay:
         next_obs = check_obs("next_obs", next_obs, (n, *self.obs_shape), self.obs_dtype)
         actions = as_batch("actions", actions, (n, *self.action_shape), self.action_dtype)
         rewards = as_batch("rewards", rewards, (n,), np.dtype(np.float32))
-        terminated = check_flags("terminated", terminated, n)
-        truncated = check_flags("truncated", truncated, n)
+        terminated = check_flags("terminated", terminated, (n,))
+        truncated = check_flags("truncated", truncated, (n,))
         if not isinstance(hidden, tuple | list) or len(hidden) != 2:
             raise ValueError("hidden must be the pair (h, c)")
         h = as_batch("hidden h", hidden[0], (n, self.hidden_size), np.dtype(np.float32))

@@ -17,10 +17,12 @@ Two kinds:
 
 - `ThreadActor`: a thread of the learner's process; unrolls go to the channel.
 - process actors (`ProcessActors`): each a process started by the inference server's supervisor
-  (and restarted by it if it dies), talking to the server through its shared-memory slot.
+  (and restarted by it if it dies), talking to the server through its shared-memory slot, or
+  running its own copy of the network on the CPU, reloaded from `SharedWeights` (Ape-X's actors).
   Unrolls go through a ring of slots in shared memory; a collector thread in the learner copies
-  out the full ones and puts them on the channel. A slot is published only once complete, so an actor killed mid-unroll
-  loses only that unroll, and an unroll it published before dying still reaches the learner.
+  out the full ones and puts them on the channel. A slot is published only once complete, so an
+  actor killed mid-unroll loses only that unroll, and an unroll it published before dying still
+  reaches the learner.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from multiprocessing import resource_tracker
 from typing import Any
 
+import cloudpickle
 import numpy as np
 import torch
 from torch import nn
@@ -176,6 +179,67 @@ class Weights:
         self.latest = (version, {k: v.detach().clone() for k, v in net.state_dict().items()})
 
 
+class SharedWeights:
+    """`Weights` for actors in other processes: each tensor of the network's state dict as an
+    array of one shared-memory block, beside the version and a sequence count. The learner
+    `publish`es in place (the count is odd while it writes); an actor's `latest` copies the
+    block out only when the version has moved, and again if a publish overlapped the copy (a
+    seqlock: one writer, any number of readers, nobody waits for a lock)."""
+
+    def __init__(self, layout: Layout, name: str | None = None) -> None:
+        self.block = Block(layout, name=name)
+        self.a = self.block.arrays
+        self._latest: tuple[int, dict[str, torch.Tensor]] = (-1, {})
+        self._copies: tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        """The network last published and (its array in the block, its tensor) pairs."""
+
+    @classmethod
+    def create(cls, net: nn.Module, version: int) -> SharedWeights:
+        """A new block holding `net`'s weights as `version` (the learner's side)."""
+        state = net.state_dict()
+        arrays = [
+            (f"w.{k}", tuple(v.shape), v.detach().cpu().numpy().dtype) for k, v in state.items()
+        ]
+        weights = cls(Layout.plan([*arrays, ("version", (1,), np.int64), ("seq", (1,), np.int64)]))
+        weights.publish(net, version)
+        return weights
+
+    def publish(self, net: nn.Module, version: int) -> None:
+        """Write `net`'s weights as `version`. The tensors of a network published before are
+        reused (an optimizer and `load_state_dict` change them in place)."""
+        if self._copies is None or self._copies[0] is not net:
+            pairs = [(torch.from_numpy(self.a[f"w.{k}"]), v) for k, v in net.state_dict().items()]
+            self._copies = (net, pairs)
+        seq = self.a["seq"]
+        seq[0] += 1  # odd: a reader that started its copy now will copy again
+        with torch.no_grad():
+            for array, tensor in self._copies[1]:
+                array.copy_(tensor)
+        self.a["version"][0] = version
+        seq[0] += 1
+
+    @property
+    def latest(self) -> tuple[int, dict[str, torch.Tensor]]:
+        """`(version, state_dict)` of the newest weights (the actor's side)."""
+        if int(self.a["version"][0]) == self._latest[0]:
+            return self._latest
+        while True:
+            before = int(self.a["seq"][0])
+            if before % 2 == 0:
+                state = {k[2:]: torch.from_numpy(v.copy()) for k, v in self.a.items()
+                         if k.startswith("w.")}  # fmt: skip
+                version = int(self.a["version"][0])
+                if int(self.a["seq"][0]) == before:
+                    self._latest = (version, state)
+                    return self._latest
+            time.sleep(0.0001)
+
+    def close(self, unlink: bool = False) -> None:
+        """Drop this process's mapping; `unlink`: free the block (the learner, at the end)."""
+        self.a, self._copies, self._latest = {}, None, (-1, {})
+        self.block.close(unlink=unlink)
+
+
 class LocalPolicy:
     """Actor-side inference (IMPALA, and every actor host on Ray): a copy of the network,
     reloaded whenever the learner has published newer weights. `policy`: the copy as a
@@ -255,6 +319,23 @@ class ThreadActor(threading.Thread):
 _FREE, _FULL = 0, 1
 
 
+class Backoff:
+    """Sleeps of a polling loop: 0.5 ms, doubling up to 4 ms while nothing comes. Each wake-up of
+    a thread beside the learner costs it a hand-off (of the GIL, or of its core): a wait that
+    lasts gets fewer of them."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0005
+
+    def __call__(self) -> None:
+        time.sleep(self.seconds)
+        self.seconds = min(2 * self.seconds, 0.004)
+
+    def reset(self) -> None:
+        """Something came: the next wait starts short again."""
+        self.seconds = 0.0005
+
+
 class UnrollRing:
     """A process actor's `slots` unroll slots in one shared-memory block, plus its episode
     statistics, the slots' states (free/full) and order, its life count and a stop flag."""
@@ -294,11 +375,12 @@ class UnrollRing:
 
     def acquire(self) -> int | None:
         """A free slot to write (waiting for the learner to free one), or None once stopped."""
+        wait = Backoff()
         while not self.a["stop"][0]:
             free = np.flatnonzero(self.a["flags"] == _FREE)
             if len(free):
                 return int(free[0])
-            time.sleep(0.0005)
+            wait()
         return None
 
     def publish(self, k: int, returns: list[float], lengths: list[int]) -> None:
@@ -325,12 +407,15 @@ class UnrollRing:
         return out
 
 
-def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: Layout,
-                  seed: int) -> None:  # fmt: skip
-    """A process actor's body: its pool, inference through `client`, unrolls into its ring.
+def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: Layout, seed: int,
+                  actor: int, local: bytes | None, weights: tuple[Layout, str] | None) -> None:  # fmt: skip
+    """A process actor's body: its pool, inference through `client` (or, with `local`, the
+    cloudpickled `Setup.local`, its own copy of the network on 1 torch thread, reloaded from the
+    `SharedWeights` at `weights`), unrolls into its ring.
 
     A restarted actor's envs start from new seeds (the ring counts its lives)."""
     ring = UnrollRing(layout, name=ring_name)
+    shared = SharedWeights(*weights) if weights is not None else None
     try:
         ring.a["lives"][0] += 1
         seed += 1_000_003 * int(ring.a["lives"][0] - 1)
@@ -343,19 +428,27 @@ def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: 
             slot[0] = k
             return ring.slot(k)
 
-        def infer(ids: np.ndarray, obs: np.ndarray, starts: np.ndarray) -> InferResult:
+        def central(ids: np.ndarray, obs: np.ndarray, starts: np.ndarray) -> InferResult:
             return client.infer(obs, ids, starts)
 
+        infer: InferFn = central
+        if local is not None and shared is not None:
+            torch.set_num_threads(1)  # the cores are the pools' and the learner's
+            infer = cloudpickle.loads(local)(actor, shared)
         with spec.make_pool(seed) as envs:
             collect(spec, infer, envs, seed, buffers,
                     lambda returns, lengths: ring.publish(slot[0], returns, lengths))  # fmt: skip
     finally:
         ring.block.close()
+        if shared is not None:
+            shared.close()
 
 
 class ProcessActors:
     """`count` process actors on `server`, and the learner-side thread collecting their unrolls
-    onto `channel` (anything with `put(actor, unroll, stop)`)."""
+    onto `channel` (anything with `put(actor, unroll, stop)`). With `local` (`Setup.local`,
+    whose network is on the CPU) and `weights`, each actor runs its own policy, reloaded from
+    `weights` whenever the learner publishes; else each asks `server`."""
 
     def __init__(
         self,
@@ -364,15 +457,19 @@ class ProcessActors:
         server: InferenceServer,
         channel: Any,
         seeds: list[int],
+        local: Callable[[int, Any], Any] | None = None,
+        weights: SharedWeights | None = None,
     ) -> None:
         self.server, self.channel, self.count = server, channel, count
         space = server.obs_space
         resource_tracker.ensure_running()  # shared with the children: the parent's unlink counts
         layout = UnrollRing.plan(spec, space.shape, space.dtype)
         self.rings = [UnrollRing(layout) for _ in range(count)]
+        policy = cloudpickle.dumps(local) if local is not None else None
+        at = (weights.block.layout, weights.block.name) if weights is not None else None
         for a, ring in enumerate(self.rings):
             server.spawn(a, process_actor, spec.num_envs,
-                         (spec, ring.block.name, layout, seeds[a]))  # fmt: skip
+                         (spec, ring.block.name, layout, seeds[a], a, policy, at))  # fmt: skip
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._collect, name="unroll-collector", daemon=True)
@@ -392,13 +489,16 @@ class ProcessActors:
         return sum(self.server.restarts(a) for a in range(self.count))
 
     def _collect(self) -> None:
+        wait = Backoff()
         try:
             while not self._stop.is_set():
                 got = [(a, u) for a, ring in enumerate(self.rings) for u in ring.take()]
                 for actor, unroll in got:
                     self.channel.put(actor, unroll, self._stop)
-                if not got:
-                    time.sleep(0.0005)
+                if got:
+                    wait.reset()
+                else:
+                    wait()
         except BaseException as e:
             self.error = e
 

@@ -6,12 +6,13 @@ feed; a learner picks one:
 
 - `FifoChannel` (IMPALA, APPO): a bounded first-in-first-out queue of unrolls; a batch is the next
   `batch_unrolls` unrolls. Its bound keeps the policy lag small: a full queue blocks the actors.
-- `ReplayChannel` (Ape-X): a prioritized replay table. `put` is the actor-side adder: it computes
-  each transition's initial priority, |n-step TD error| from the Q-values the actor's inference
-  returned, and inserts the steps (the table computes the n-step returns); a batch is a sample.
-  With `samples_per_insert` it is also a rate limiter (as Reverb's): once the learner has started,
-  actors wait while the transitions they inserted since then are more than one unroll each ahead
-  of those the learner has sampled divided by it.
+- `ReplayChannel` (Ape-X): a prioritized replay table. Its adder computes each transition's
+  initial priority, |n-step TD error| from the Q-values the actor's inference returned, and
+  inserts the steps (the table computes the n-step returns); a batch is a sample. `put` queues
+  the unroll and the learner's thread inserts it at its next `take` (see `_TableChannel` for
+  why). With `samples_per_insert` it is also a rate limiter (as Reverb's): once the learner has
+  started, actors wait while the transitions they put since then are more than one unroll each
+  ahead of those the learner has sampled divided by it.
 - `SequenceChannel` (R2D2): the same over a `SequenceReplay` table of overlapping sequences, each
   with the recurrent state the actor's network had at its start (the policy's `h` and `c`
   outputs, which the actors record at every step); new sequences get the largest priority seen.
@@ -108,8 +109,14 @@ def nstep_td_errors(
 
 
 class _TableChannel:
-    """What the replay channels share: the table and its lock, the rate limiter, the arrival
-    counts, sampling, saving and priority updates."""
+    """What the replay channels share: the table and its lock, the rate limiter, the unrolls put
+    and not yet inserted, the arrival counts, sampling, saving and priority updates.
+
+    `put` only queues an unroll (after the rate limiter's wait); the learner's own thread inserts
+    the queued ones at its next `take`. In one process the GIL runs one thread's Python at a
+    time anyway, and an inserting thread beside the learner would also take the GIL at each of
+    the learner's torch calls, which then waits for it to be handed back: measured on Ape-X,
+    CartPole, that cost the learner a third of its updates."""
 
     def __init__(self, buffer: Any, envs_per_actor: int, learning_starts: int, batch_size: int,
                  samples_per_insert: float | None, slack: int, steps_per_sample: int) -> None:  # fmt: skip
@@ -121,8 +128,11 @@ class _TableChannel:
         self._room = threading.Condition(self.lock)
         """Notified when the learner's samples let waiting actors insert again."""
         self._steps, self._returns, self._lengths = 0, [], []  # type: ignore[var-annotated]
+        self._queued: list[tuple[int, Rollout]] = []
+        """(actor, unroll) put and not yet inserted, oldest first."""
         self.inserted, self.sampled = 0, 0
-        """Env steps put into the table, and drawn from it (samples x `steps_per_sample`)."""
+        """Env steps put (queued or in the table), and drawn from it (samples x
+        `steps_per_sample`)."""
         self.started: int | None = None
         """`inserted` when the learner took its first batch (None before)."""
 
@@ -134,24 +144,40 @@ class _TableChannel:
         allowed = self.started + self.sampled / self.samples_per_insert + self.slack
         return self.inserted > allowed
 
-    def _wait_and_count(self, unroll: Rollout, stop: threading.Event) -> None:
-        """With `samples_per_insert`, wait (until `stop` is set) while the actors are too far
-        ahead of the learner (which they never are before it starts); then count the unroll's
-        steps and episodes as arrived."""
+    def put(self, actor: int, unroll: Rollout, stop: threading.Event) -> None:
+        """Queue the actor's unroll for the table (the learner's thread inserts it at its next
+        `take`); with `samples_per_insert`, first wait (until `stop` is set) while the actors
+        are too far ahead of the learner (which they never are before it starts)."""
         with self._room:  # sleep until a sample makes room (no polling: the learner's cores)
             while self._ahead() and not stop.is_set():
                 self._room.wait(0.05)
+            self.inserted += unroll.env_steps
             self._steps += unroll.env_steps
             self._returns += unroll.returns
             self._lengths += unroll.lengths
+            self._queued.append((actor, unroll))
+
+    def _insert(self, actor: int, unroll: Rollout) -> None:
+        """Add an actor's unroll to the table (called with the lock held)."""
+        raise NotImplementedError
+
+    def insert_queued(self) -> None:
+        """Insert the unrolls put so far (on the learner's thread: `take` and `save` do it first)."""
+        with self.lock:
+            queued, self._queued = self._queued, []
+            for actor, unroll in queued:
+                self._insert(actor, unroll)
 
     def take(self, check: Check) -> ReplayBatch | SequenceBatch | None:
         """A prioritized sample (transitions or sequences), once the table holds
-        `learning_starts` items (None if `check()` gave up waiting)."""
+        `learning_starts` items (None if `check()` gave up waiting); the unrolls queued since the
+        last call are inserted first."""
+        self.insert_queued()
         while len(self.buffer) < self.learning_starts:
             if check():
                 return None
             threading.Event().wait(0.05)
+            self.insert_queued()
         with self.lock:
             self.started = self.inserted if self.started is None else self.started
             self.sampled += self.batch_size * self.steps_per_sample
@@ -160,7 +186,9 @@ class _TableChannel:
             return self.buffer.sample(self.batch_size)
 
     def save(self, path: Path) -> None:
-        """Save the table; steps not yet in it (held or staged) are not saved."""
+        """Save the table, the queued unrolls inserted first; steps not yet in it (held or
+        staged) are not saved."""
+        self.insert_queued()
         with self.lock:
             self.buffer.save(path)
 
@@ -198,10 +226,8 @@ class ReplayChannel(_TableChannel):
         self.n_step, self.gamma = buffer.config["n_step"], buffer.gamma
         self._held: dict[int, Rollout] = {}
 
-    def put(self, actor: int, unroll: Rollout, stop: threading.Event) -> None:
-        """Insert the actor's previous unroll with its initial priorities; hold this one. With
-        `samples_per_insert`, first wait (until `stop` is set) while the actors are ahead."""
-        self._wait_and_count(unroll, stop)
+    def _insert(self, actor: int, unroll: Rollout) -> None:
+        """Insert the actor's previous unroll with its initial priorities; hold this one."""
         held, self._held[actor] = self._held.get(actor), unroll
         if held is None:
             return
@@ -225,11 +251,8 @@ class ReplayChannel(_TableChannel):
         )  # fmt: skip
         td[t_len - self.n_step :, cut] = np.nan  # no Q at a cut's final obs: the max priority
         envs = np.arange(actor * self.n, (actor + 1) * self.n)
-        with self.lock:
-            self.inserted += held.env_steps
-            for t in range(t_len):
-                self.buffer.add(held.obs[t], held.actions[t], held.rewards[t], held.terminated[t],
-                                held.truncated[t], held.final_obs[t], priorities=td[t], envs=envs)  # fmt: skip
+        self.buffer.add_steps(held.obs, held.actions, held.rewards, held.terminated,
+                              held.truncated, held.final_obs, priorities=td, envs=envs)  # fmt: skip
 
 
 class SequenceChannel(_TableChannel):
@@ -243,19 +266,15 @@ class SequenceChannel(_TableChannel):
         super().__init__(buffer, envs_per_actor, learning_starts, batch_size, samples_per_insert,
                          slack, steps_per_sample=buffer.stride)  # fmt: skip
 
-    def put(self, actor: int, unroll: Rollout, stop: threading.Event) -> None:
-        """Add the unroll's steps to the actor's envs' rows of the table (with
-        `samples_per_insert`, first wait while the actors are ahead)."""
-        self._wait_and_count(unroll, stop)
+    def _insert(self, actor: int, unroll: Rollout) -> None:
+        """Add the unroll's steps to the actor's envs' rows of the table."""
         envs = np.arange(actor * self.n, (actor + 1) * self.n)
         h, c = unroll.outputs["h"], unroll.outputs["c"]
-        with self.lock:
-            self.inserted += unroll.env_steps
-            # A restarted actor's (or Ray host's) envs begin new episodes where its predecessor
-            # left theirs running: those are cut, their open steps dropped.
-            if unroll.starts[0].any():
-                self.buffer.drop_open(envs[unroll.starts[0]])
-            for t in range(unroll.actions.shape[0]):
-                self.buffer.add(unroll.obs[t], unroll.actions[t], unroll.rewards[t],
-                                unroll.terminated[t], unroll.truncated[t], unroll.final_obs[t],
-                                (h[t], c[t]), envs=envs)  # fmt: skip
+        # A restarted actor's (or Ray host's) envs begin new episodes where its predecessor left
+        # theirs running: those are cut, their open steps dropped.
+        if unroll.starts[0].any():
+            self.buffer.drop_open(envs[unroll.starts[0]])
+        for t in range(unroll.actions.shape[0]):
+            self.buffer.add(unroll.obs[t], unroll.actions[t], unroll.rewards[t],
+                            unroll.terminated[t], unroll.truncated[t], unroll.final_obs[t],
+                            (h[t], c[t]), envs=envs)  # fmt: skip
