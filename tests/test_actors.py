@@ -131,8 +131,9 @@ def test_local_policy_records_start_states_and_resets_them() -> None:
 def test_ring_hands_over_complete_unrolls_oldest_first() -> None:
     s = spec(num_envs=2, unroll=3)
     layout = UnrollRing.plan(s, (4,), np.float32, slots=3)
-    ring = UnrollRing(layout)
-    actor_side = UnrollRing(layout, name=ring.block.name)
+    arrived, freed = threading.Semaphore(0), threading.Semaphore(0)
+    ring = UnrollRing(layout, arrived, freed)
+    actor_side = UnrollRing(layout, arrived, freed, name=ring.block.name)
     try:
         assert ring.take() == []
         k1 = actor_side.acquire()
@@ -144,7 +145,10 @@ def test_ring_hands_over_complete_unrolls_oldest_first() -> None:
         k3 = next(k for k in range(3) if k not in (k1, k2))
         actor_side.slot(k3)["obs"][:] = 3.0
         actor_side.publish(k3, [], [])
+        assert arrived.acquire(blocking=False) and arrived.acquire(blocking=False)  # 2 woken
+        assert not arrived.acquire(blocking=False)
         got = ring.take()
+        assert freed.acquire(blocking=False) and freed.acquire(blocking=False)  # 2 freed
         assert [float(u.obs.max()) for u in got] == [1.0, 3.0]
         assert got[0].returns == [10.0] and got[0].lengths == [5] and got[1].returns == []
         assert ring.take() == []  # freed, not handed over twice

@@ -319,31 +319,20 @@ class ThreadActor(threading.Thread):
 _FREE, _FULL = 0, 1
 
 
-class Backoff:
-    """Sleeps of a polling loop: 0.5 ms, doubling up to 4 ms while nothing comes. Each wake-up of
-    a thread beside the learner costs it a hand-off (of the GIL, or of its core): a wait that
-    lasts gets fewer of them."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0005
-
-    def __call__(self) -> None:
-        time.sleep(self.seconds)
-        self.seconds = min(2 * self.seconds, 0.004)
-
-    def reset(self) -> None:
-        """Something came: the next wait starts short again."""
-        self.seconds = 0.0005
-
-
 class UnrollRing:
     """A process actor's `slots` unroll slots in one shared-memory block, plus its episode
-    statistics, the slots' states (free/full) and order, its life count and a stop flag."""
+    statistics, the slots' states (free/full) and order, its life count and a stop flag.
 
-    def __init__(self, layout: Layout, name: str | None = None) -> None:
+    Two semaphores wake the sides up instead of polling (a poll beside the learner costs it a
+    hand-off of the GIL or of its core each time): `arrived` is released at each publish (the
+    learner's collector waits on it, for every ring at once), `freed` at each slot the learner
+    frees (the actor waits on it). They are hints; the flags say which slots are full."""
+
+    def __init__(self, layout: Layout, arrived: Any, freed: Any, name: str | None = None) -> None:
         self.block = Block(layout, name=name)
         self.a = self.block.arrays
         self.slots = len(self.a["flags"])
+        self.arrived, self.freed = arrived, freed
 
     @classmethod
     def plan(
@@ -375,12 +364,11 @@ class UnrollRing:
 
     def acquire(self) -> int | None:
         """A free slot to write (waiting for the learner to free one), or None once stopped."""
-        wait = Backoff()
         while not self.a["stop"][0]:
             free = np.flatnonzero(self.a["flags"] == _FREE)
             if len(free):
                 return int(free[0])
-            wait()
+            self.freed.acquire(timeout=0.05)
         return None
 
     def publish(self, k: int, returns: list[float], lengths: list[int]) -> None:
@@ -390,6 +378,7 @@ class UnrollRing:
         self.a["ep_count"][k] = m
         self.a["order"][k] = self.a["order"].max() + 1
         self.a["flags"][k] = _FULL  # last: the learner reads the slot only after this store
+        self.arrived.release()
 
     # the learner's side
 
@@ -404,17 +393,19 @@ class UnrollRing:
             lengths = self.a["ep_lengths"][k, :m].tolist()
             out.append(Rollout.from_arrays(arrays, returns, lengths))
             self.a["flags"][k] = _FREE
+            self.freed.release()
         return out
 
 
-def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: Layout, seed: int,
-                  actor: int, local: bytes | None, weights: tuple[Layout, str] | None) -> None:  # fmt: skip
+def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: Layout,
+                  wakes: tuple[Any, Any], seed: int, actor: int, local: bytes | None,
+                  weights: tuple[Layout, str] | None) -> None:  # fmt: skip
     """A process actor's body: its pool, inference through `client` (or, with `local`, the
     cloudpickled `Setup.local`, its own copy of the network on 1 torch thread, reloaded from the
-    `SharedWeights` at `weights`), unrolls into its ring.
+    `SharedWeights` at `weights`), unrolls into its ring (`wakes`: its `arrived` and `freed`).
 
     A restarted actor's envs start from new seeds (the ring counts its lives)."""
-    ring = UnrollRing(layout, name=ring_name)
+    ring = UnrollRing(layout, *wakes, name=ring_name)
     shared = SharedWeights(*weights) if weights is not None else None
     try:
         ring.a["lives"][0] += 1
@@ -464,12 +455,15 @@ class ProcessActors:
         space = server.obs_space
         resource_tracker.ensure_running()  # shared with the children: the parent's unlink counts
         layout = UnrollRing.plan(spec, space.shape, space.dtype)
-        self.rings = [UnrollRing(layout) for _ in range(count)]
+        self.arrived = server.context.Semaphore(0)
+        self.rings = [UnrollRing(layout, self.arrived, server.context.Semaphore(0))
+                      for _ in range(count)]  # fmt: skip
         policy = cloudpickle.dumps(local) if local is not None else None
         at = (weights.block.layout, weights.block.name) if weights is not None else None
         for a, ring in enumerate(self.rings):
+            wakes = (ring.arrived, ring.freed)
             server.spawn(a, process_actor, spec.num_envs,
-                         (spec, ring.block.name, layout, seeds[a], a, policy, at))  # fmt: skip
+                         (spec, ring.block.name, layout, wakes, seeds[a], a, policy, at))  # fmt: skip
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._collect, name="unroll-collector", daemon=True)
@@ -489,16 +483,13 @@ class ProcessActors:
         return sum(self.server.restarts(a) for a in range(self.count))
 
     def _collect(self) -> None:
-        wait = Backoff()
         try:
             while not self._stop.is_set():
                 got = [(a, u) for a, ring in enumerate(self.rings) for u in ring.take()]
                 for actor, unroll in got:
                     self.channel.put(actor, unroll, self._stop)
-                if got:
-                    wait.reset()
-                else:
-                    wait()
+                if not got:
+                    self.arrived.acquire(timeout=0.05)
         except BaseException as e:
             self.error = e
 

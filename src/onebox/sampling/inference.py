@@ -315,6 +315,12 @@ class InferenceServer:
 
     # ---- process actors ----------------------------------------------------------------------
 
+    @property
+    def context(self) -> Any:
+        """The multiprocessing context the process actors start in: a lock or semaphore they
+        are handed in `spawn`'s `args` must come from it."""
+        return self._sup.ctx
+
     def spawn(
         self, actor_id: int, target: Callable[..., Any], num_envs: int, args: tuple = ()
     ) -> None:
