@@ -28,6 +28,7 @@ Two kinds:
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -318,6 +319,13 @@ class ThreadActor(threading.Thread):
 
 _FREE, _FULL = 0, 1
 
+ACTOR_NICENESS = 10
+"""How much lower a process actor's scheduling priority is than the learner's (`os.nice`). Every
+actor waits on the learner (its inference server, its rate limit, its weights), so where cores are
+short the learner should win them: on 2 cores, 4 Ape-X actors at the same priority kept the
+learner's thread waiting for a core 16% of the time (`/proc/PID/task/TID/schedstat`). Where a core
+is idle the actors use it whatever their priority."""
+
 
 class UnrollRing:
     """A process actor's `slots` unroll slots in one shared-memory block, plus its episode
@@ -404,7 +412,9 @@ def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: 
     cloudpickled `Setup.local`, its own copy of the network on 1 torch thread, reloaded from the
     `SharedWeights` at `weights`), unrolls into its ring (`wakes`: its `arrived` and `freed`).
 
-    A restarted actor's envs start from new seeds (the ring counts its lives)."""
+    A restarted actor's envs start from new seeds (the ring counts its lives). It runs at a lower
+    priority than the learner (`ACTOR_NICENESS`)."""
+    os.nice(ACTOR_NICENESS)
     ring = UnrollRing(layout, *wakes, name=ring_name)
     shared = SharedWeights(*weights) if weights is not None else None
     try:
