@@ -601,6 +601,37 @@ def test_copy_true_returns_independent_arrays():
         np.testing.assert_array_equal(info_a["env_id"], ids)
 
 
+def test_observations_written_into_the_returned_array_stay_the_pools_own():
+    """MinAtar envs write a step's observations straight into the array it returns and redraw
+    them when a later call needs the pool's own: writing into that array changes nothing, and
+    reset_mask keeps the other envs' last observations (after set_state too), as with copy=False."""
+    env_id, n = "MinAtar/Seaquest-v1", 4
+    kwargs = {"seed": 0, "autoreset_mode": "Disabled"}
+    with (
+        onebox.envs.make(env_id, n, **kwargs) as pool,
+        onebox.envs.make(env_id, n, copy=False, **kwargs) as views,
+    ):
+        pool.reset()
+        views.reset()
+        rng = np.random.default_rng(0)
+        resets = 0
+        for t in range(400):
+            actions = rng.integers(0, pool.single_action_space.n, n)
+            obs, _, term, trunc, _ = pool.step(actions)
+            np.testing.assert_array_equal(obs, views.step(actions)[0])
+            obs[:] = True
+            ended = term | trunc
+            if t == 50:  # env 0 takes env 1's state; its observation stays the one it had
+                for p in (pool, views):
+                    p.set_state(0, p.get_state(1))
+                ended[-1] = True
+            if ended.any():
+                new, _ = pool.reset(options={"reset_mask": ended})
+                np.testing.assert_array_equal(new, views.reset(options={"reset_mask": ended})[0])
+                resets += 1
+        assert resets >= 3
+
+
 # ---- lifecycle --------------------------------------------------------------------------------
 
 

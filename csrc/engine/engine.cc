@@ -98,6 +98,7 @@ Engine::Engine(const EnvSpec& spec, const EngineOptions& opt) : spec_(spec), opt
   act_size_ = static_cast<size_t>(spec.action.discrete ? 1 : spec.action.Size());
   info_size_ = spec.info_keys.size();
   InitResults(&per_env_, n, spec);
+  obs_rows_ = per_env_.obs.bytes.data();
   InitResults(&batch_, opt.batch_size, spec);
   actions_.Init(spec.action.dtype,
                 RowShape(n, spec.action.discrete ? std::vector<int64_t>{} : spec.action.shape));
@@ -247,12 +248,13 @@ void Engine::ResetEnvs(const int32_t* ids, int n, const std::vector<uint64_t>& s
     }
     op_[ids[k]] = kReset;
   }
+  RefreshObs();  // the other envs' rows are part of the result
   Dispatch(ids, n, true);
   WaitDone(n);
   CheckUsable();
 }
 
-void Engine::Step(const void* actions) {
+void Engine::Step(const void* actions, void* obs) {
   std::lock_guard<std::mutex> api(api_mu_);
   CheckUsable();
   if (inflight_count_)
@@ -262,9 +264,22 @@ void Engine::Step(const void* actions) {
   ValidateActions(actions, all_ids_.data(), opt_.num_envs);
   std::memcpy(actions_.bytes.data(), actions, actions_.bytes.size());
   std::fill(op_.begin(), op_.end(), kStep);
+  // Every env writes its row (a step or a reset): straight into `obs` if the envs can redraw
+  // theirs later, when per_env_.obs is needed (RefreshObs).
+  const bool direct = obs && Observes();
+  if (direct) obs_rows_ = static_cast<unsigned char*>(obs);
   Dispatch(all_ids_.data(), opt_.num_envs, true);
   WaitDone(opt_.num_envs);
+  obs_rows_ = per_env_.obs.bytes.data();
+  obs_stale_ = direct;
   CheckUsable();
+  if (obs && !direct) std::memcpy(obs, obs_rows_, per_env_.obs.bytes.size());
+}
+
+void Engine::RefreshObs() {
+  if (!obs_stale_) return;
+  ObserveAll();
+  obs_stale_ = false;
 }
 
 int64_t Engine::PolicyParams(int hidden) const {

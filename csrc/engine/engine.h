@@ -96,9 +96,11 @@ class Engine {
   // Sync: reset envs ids[0..n) only (seeds: empty, or one per id) and wait; results in their
   // per_env() rows, the other envs' rows untouched. Needs no async steps pending.
   void ResetEnvs(const int32_t* ids, int n, const std::vector<uint64_t>& seeds);
-  // Sync: step every env with actions[num_envs, ...] and wait; results in per_env(). Every env
-  // must have been reset once (and, with autoreset disabled, reset after its episode ended).
-  void Step(const void* actions);
+  // Sync: step every env with actions[num_envs, ...] and wait; results in per_env(), except the
+  // observations if `obs` is given: those go to obs[num_envs, ...], written there by envs that can
+  // redraw theirs (E::Observe; per_env().obs catches up when a call needs it), else copied. Every
+  // env must have been reset once (and, with autoreset disabled, reset after its episode ended).
+  void Step(const void* actions, void* obs = nullptr);
   // Async: reset every env; their results come out of Recv.
   void AsyncReset(const std::vector<uint64_t>& seeds);
   // Async: step envs ids[0..n) with actions[n, ...]; returns at once for expensive envs.
@@ -135,14 +137,23 @@ class Engine {
   // needs_reset_[i]: running, ended (the next step resets it, unless autoreset is disabled), or
   // never reset (stepping it throws ResetNeeded).
   enum Status : uint8_t { kRunning = 0, kEnded = 1, kUnstarted = 2 };
-  // Run one chunk of envs (each doing op_[id]) and write their per-env rows.
+  // Run one chunk of envs (each doing op_[id]) and write their per-env rows (the observations
+  // into obs_rows_).
   virtual void RunChunk(const int32_t* ids, int n) = 0;
+  // Whether the envs can redraw their observations (E::Observe), and redrawing them all into
+  // per_env_.obs.
+  virtual bool Observes() const = 0;
+  virtual void ObserveAll() = 0;
+  // Bring per_env_.obs up to date if a Step wrote the observations elsewhere since.
+  void RefreshObs();
 
   // Per-env bookkeeping shared with EngineT.
   EnvSpec spec_;
   EngineOptions opt_;
   size_t obs_size_, act_size_, info_size_;  // elements per env
   ResultBuffers per_env_, batch_;
+  unsigned char* obs_rows_;  // the observations' rows: per_env_.obs, or Step's `obs` during it
+  bool obs_stale_ = false;   // per_env_.obs may be behind the envs (see RefreshObs)
   Buffer actions_;
   std::vector<Rng> rng_;
   std::vector<uint64_t> seed_, episode_;
@@ -235,6 +246,12 @@ struct HasState<E, std::void_t<decltype(std::declval<const E&>().GetState()),
     : std::true_type {};
 
 template <class E, class = void>
+struct HasObserve : std::false_type {};
+template <class E>
+struct HasObserve<E, std::void_t<decltype(std::declval<const E&>().Observe(
+                         std::declval<typename E::Obs*>()))>> : std::true_type {};
+
+template <class E, class = void>
 struct HasSeed : std::false_type {};
 template <class E>
 struct HasSeed<E, std::void_t<decltype(std::declval<E&>().Seed(uint64_t{0}))>> : std::true_type {};
@@ -259,13 +276,27 @@ class EngineT final : public Engine {
     else throw std::logic_error("this env does not expose its state");
   }
   void SetState(int env_id, const std::vector<double>& state) override {
-    if constexpr (detail::HasState<E>::value) envs_.at(env_id).SetState(state);
-    else throw std::logic_error("this env does not expose its state");
+    if constexpr (detail::HasState<E>::value) {
+      RefreshObs();  // the observation stays the one of the state before
+      envs_.at(env_id).SetState(state);
+    } else {
+      throw std::logic_error("this env does not expose its state");
+    }
   }
 
  protected:
+  bool Observes() const override { return detail::HasObserve<E>::value; }
+  void ObserveAll() override {
+    if constexpr (detail::HasObserve<E>::value) {
+      Obs* obs = per_env_.obs.As<Obs>();
+      for (size_t i = 0; i < envs_.size(); ++i) envs_[i].Observe(obs + i * obs_size_);
+    } else {
+      throw std::logic_error("this env cannot redraw its observation");
+    }
+  }
+
   void RunChunk(const int32_t* ids, int n) override {
-    Obs* obs = per_env_.obs.As<Obs>();
+    Obs* obs = reinterpret_cast<Obs*>(obs_rows_);
     double* reward = per_env_.reward.As<double>();
     uint8_t* term = per_env_.terminated.As<uint8_t>();
     uint8_t* trunc = per_env_.truncated.As<uint8_t>();

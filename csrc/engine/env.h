@@ -10,7 +10,10 @@
 //   StepResult Step(const Act* action, Rng& rng, Obs* obs, double* info);
 // and optionally, for golden tests and debugging,
 //   std::vector<double> GetState() const;  void SetState(const std::vector<double>&);
-// and, for an env that keeps its own random stream across episodes (as the reference it mirrors
+// and, for an env whose observation is a function of its state, void Observe(Obs* obs) const:
+// write the observation of the current state (what the last Reset or Step wrote), so that the
+// engine can have Step write the observations straight into the caller's array (see
+// Engine::Step); and, for an env that keeps its own random stream across episodes (as the reference it mirrors
 // does), void Seed(uint64_t seed): called before the first reset after the env's seed is set (at
 // pool creation and at reset with seeds); later resets continue the stream.
 // Reset and Step write into preallocated rows (obs: Spec().observation.Size() elements, info:

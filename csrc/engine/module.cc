@@ -11,6 +11,9 @@
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
 #include "engine/atari_ledger.h"
 #include "engine/registry.h"
 
@@ -30,6 +33,18 @@ nb::dlpack::dtype ToDl(DType d) {
     case DType::kInt64: return nb::dtype<int64_t>();
     case DType::kFloat32: return nb::dtype<float>();
     case DType::kFloat64: return nb::dtype<double>();
+  }
+  throw std::logic_error("bad dtype");
+}
+
+int NpyType(DType d) {
+  switch (d) {
+    case DType::kBool: return NPY_BOOL;
+    case DType::kUInt8: return NPY_UINT8;
+    case DType::kInt32: return NPY_INT32;
+    case DType::kInt64: return NPY_INT64;
+    case DType::kFloat32: return NPY_FLOAT32;
+    case DType::kFloat64: return NPY_FLOAT64;
   }
   throw std::logic_error("bad dtype");
 }
@@ -92,6 +107,53 @@ void CheckActions(const Engine& e, const Array& a, size_t rows) {
   if (!ok) throw std::invalid_argument("actions have the wrong shape for this env pool");
   if (a.dtype() != ToDl(s.dtype))
     throw std::invalid_argument(std::string("actions must have dtype ") + DTypeName(s.dtype));
+}
+
+// Whether `a` is an array that a step reads as it is: an ndarray (not a subclass), C-contiguous,
+// of the action dtype, with `rows` rows of the action's shape (as onebox.envs.native takes it).
+bool ReadyActions(const Engine& e, nb::handle a, size_t rows) {
+  if (!PyArray_CheckExact(a.ptr())) return false;
+  auto* arr = reinterpret_cast<PyArrayObject*>(a.ptr());
+  const Space& s = e.spec().action;
+  const int ndim = 1 + (s.discrete ? 0 : static_cast<int>(s.shape.size()));
+  if (!PyArray_IS_C_CONTIGUOUS(arr) || PyArray_NDIM(arr) != ndim ||
+      static_cast<size_t>(PyArray_DIM(arr, 0)) != rows)
+    return false;
+  for (int k = 1; k < ndim; ++k)
+    if (PyArray_DIM(arr, k) != s.shape[k - 1]) return false;
+  PyArray_Descr* want = PyArray_DescrFromType(NpyType(s.dtype));
+  const bool same = PyArray_EquivTypes(PyArray_DESCR(arr), want);
+  Py_DECREF(want);
+  return same;
+}
+
+// A new numpy array of `b`'s dtype and shape.
+nb::object NewArray(const Buffer& b) {
+  npy_intp dims[NPY_MAXDIMS];
+  std::copy(b.shape.begin(), b.shape.end(), dims);
+  PyObject* a = PyArray_SimpleNew(static_cast<int>(b.shape.size()), dims, NpyType(b.dtype));
+  if (!a) throw nb::python_error();
+  return nb::steal(a);
+}
+
+// Engine::Step into new arrays: (obs, reward, terminated, truncated), the observations written
+// there by the envs; None if `actions` is not ReadyActions (convert it and call again).
+nb::object StepCopy(Engine& e, nb::handle actions) {
+  if (!ReadyActions(e, actions, e.options().num_envs)) return nb::none();
+  ResultBuffers& r = e.per_env();
+  nb::object obs = NewArray(r.obs);
+  {
+    nb::gil_scoped_release release;
+    e.Step(PyArray_DATA(reinterpret_cast<PyArrayObject*>(actions.ptr())),
+           PyArray_DATA(reinterpret_cast<PyArrayObject*>(obs.ptr())));
+  }
+  auto copy = [](const Buffer& b) {
+    nb::object a = NewArray(b);
+    std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(a.ptr())), b.bytes.data(),
+                b.bytes.size());
+    return a;
+  };
+  return nb::make_tuple(obs, copy(r.reward), copy(r.terminated), copy(r.truncated));
 }
 
 std::unique_ptr<Engine> Make(const std::string& id, const std::map<std::string, Value>& config,
@@ -192,6 +254,7 @@ void AtariLedger(Out<double> game_return, Out<int64_t> game_length, Out<int32_t>
 NB_MODULE(ONEBOX_MODULE_NAME, m) {
   using namespace onebox;
   m.doc() = "onebox native environment engine";
+  if (_import_array() < 0) throw nb::python_error();
 
   // Stepping an env that needs a reset raises a subclass of Gymnasium's own error for it.
   nb::exception<ResetNeeded>(m, "ResetNeeded",
@@ -247,6 +310,9 @@ NB_MODULE(ONEBOX_MODULE_NAME, m) {
             e.Step(actions.data());
           },
           "actions"_a)
+      .def("step_copy", &StepCopy, "actions"_a,
+           "Step every env; (obs, reward, terminated, truncated) as new arrays, or None if the "
+           "actions are not a C-contiguous ndarray of the action dtype and shape.")
       .def(
           "send",
           [](Engine& e, const Array& actions, nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig,

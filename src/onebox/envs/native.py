@@ -229,6 +229,7 @@ class NativeEnvPool(EnvPool):
         self.num_threads = num_threads
         self.copy = copy
         self.autoreset_mode = mode
+        self._same_step = mode == AutoresetMode.SAME_STEP  # (an Enum comparison costs 0.2 us)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.metadata = {"autoreset_mode": mode, "render_modes": ["rgb_array"]}
@@ -302,8 +303,15 @@ class NativeEnvPool(EnvPool):
         self, actions: Any
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with one action each; results in env order."""
-        self._engine.step(self._actions(actions, self._step_shape))
-        return self._results(self._all, self._all_ids, self.num_envs)
+        if not self.copy:
+            self._engine.step(self._actions(actions, self._step_shape))
+            return self._results(self._all, self._all_ids, self.num_envs)
+        # New arrays from the engine (the observations written there by the envs), first try
+        # with the actions as given.
+        out = self._engine.step_copy(actions)
+        if out is None:
+            out = self._engine.step_copy(self._actions(actions, self._step_shape))
+        return (*out, self._info(self._all, self._all_ids, self.num_envs, final=True))
 
     # ---- EnvPool async API --------------------------------------------------------------------
 
@@ -520,7 +528,7 @@ class NativeEnvPool(EnvPool):
             for k, key in enumerate(self._info_keys):
                 info[key] = values[:, k].copy()
                 info["_" + key] = self._true[n]
-        if final and self.autoreset_mode == AutoresetMode.SAME_STEP:
+        if final and self._same_step:
             done = b["final"]
             if done.any():
                 idx = np.flatnonzero(done)
