@@ -523,6 +523,17 @@ def test_bad_input_is_a_clear_error():
         buf.add(o, [0.5, 1.0], [0, 0], f, f, o)
     with pytest.raises(ValueError, match="terminated must be a bool"):
         buf.add(o, [0, 1], [0, 0], [0, 1], f, o)
+
+    def steps(t: int, rewards_shape: tuple[int, ...] | None = None) -> list[np.ndarray]:
+        """`add_steps`' arguments for t steps of the 2 envs."""
+        r = np.zeros(rewards_shape or (t, 2))
+        return [np.zeros((t, 2, 2), np.float32), np.zeros((t, 2), np.int64), r,
+                np.zeros((t, 2), bool), np.zeros((t, 2), bool), np.zeros((t, 2, 2), np.float32)]  # fmt: skip
+
+    with pytest.raises(ValueError, match=r"rewards must have shape \(3, 2\)"):
+        buf.add_steps(*steps(3, rewards_shape=(3, 1)))
+    with pytest.raises(ValueError, match="add fewer steps per call or make the table larger"):
+        buf.add_steps(*steps(5))  # 4 slots per env
     with pytest.raises(ValueError, match="finite"):
         buf.update_priorities(buf.live_indices(), [np.nan, 1.0])
     with pytest.raises(IndexError, match="slots"):

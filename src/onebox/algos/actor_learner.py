@@ -121,10 +121,11 @@ def resolve_actors(config: Any) -> Any:
 
 
 def actors_net(config: Any, net: torch.nn.Module) -> torch.nn.Module:
-    """The network that actor-side policies (`Setup.local`) copy: the learner's own for thread
-    actors, a CPU copy for process actors and Ray hosts, which must neither open the learner's
-    GPU nor need one."""
-    if config.process_actors or config.ray is not None:
+    """The network that actor-side policies (`Setup.local`) copy: a CPU copy for process actors
+    and Ray hosts with `--inference local`, which must neither open the learner's GPU nor need
+    one; else the learner's own (thread actors copy it on its device; central inference never
+    calls `Setup.local`)."""
+    if config.inference == "local" and (config.process_actors or config.ray is not None):
         return copy.deepcopy(net).cpu()
     return net
 

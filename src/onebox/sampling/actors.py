@@ -433,7 +433,8 @@ def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: 
             return client.infer(obs, ids, starts)
 
         infer: InferFn = central
-        if local is not None and shared is not None:
+        if local is not None:
+            assert shared is not None, "ProcessActors hands a local policy its weights"
             torch.set_num_threads(1)  # the cores are the pools' and the learner's
             infer = cloudpickle.loads(local)(actor, shared)
         with spec.make_pool(seed) as envs:
@@ -461,6 +462,8 @@ class ProcessActors:
         local: Callable[[int, Any], Any] | None = None,
         weights: SharedWeights | None = None,
     ) -> None:
+        if (local is None) != (weights is None):
+            raise ValueError("process actors with their own policies need both local and weights")
         self.server, self.channel, self.count = server, channel, count
         space = server.obs_space
         resource_tracker.ensure_running()  # shared with the children: the parent's unlink counts
