@@ -110,6 +110,44 @@ def test_atari_fitness_does_not_depend_on_slots_or_threads_and_equals_a_replay()
     assert np.array_equal(a.returns, returns) and np.array_equal(a.lengths, lengths)
 
 
+def test_env_seeds_reload_once_per_generation_and_stay_deterministic_for_one_k() -> None:
+    """episode_seeds="env": each group's first pairs play as with pair seeds (their envs' one
+    seeded reset of the call); the later ones start with unseeded resets; the same K gives the
+    same fitnesses whatever the threads, and a second call with the same seed repeats the first."""
+    kwargs = dict(num_slots=2, hidden=(16,), max_episode_steps=210)
+    with PopulationEvaluator("Asterix-v5", num_threads=1, **kwargs) as ev:
+        params = torch.stack([ev.net.init_params(100 + i) for i in range(3)])
+        exact = ev.evaluate(params, 2, seed=5)
+    runs, seeded = [], []
+    for threads in (1, 2):
+        with PopulationEvaluator(
+            "Asterix-v5", num_threads=threads, episode_seeds="env", **kwargs
+        ) as ev:
+            runs.append(ev.evaluate(params, 2, seed=5))
+            for pool in ev.pools:  # record what the later pairs' resets are given
+                pool.reset_envs = functools.partial(
+                    lambda f, ids, seeds=None: seeded.append(seeds) or f(ids, seeds),
+                    pool.reset_envs,
+                )
+            runs.append(ev.evaluate(params, 2, seed=5))
+            assert ev.frames == runs[-1].frames + runs[-2].frames
+    for r in runs[1:]:
+        assert np.array_equal(r.returns, runs[0].returns)
+        assert np.array_equal(r.lengths, runs[0].lengths)
+    first = [0, 1]  # group k's first pair is pair k
+    assert np.array_equal(runs[0].returns[first], exact.returns[first])
+    assert np.array_equal(runs[0].lengths[first], exact.lengths[first])
+    assert seeded and all(s is None for s in seeded)  # 2 calls x 2 groups x 2 later pairs
+    assert len(seeded) == 8
+
+
+def test_env_seeds_only_for_atari() -> None:
+    with pytest.raises(ValueError, match=r"for Atari pools.*leave 'pair'"):
+        PopulationEvaluator("CartPole-v1", num_slots=2, episode_seeds="env")
+    with pytest.raises(ValueError, match="episode_seeds must be 'pair' or 'env'"):
+        PopulationEvaluator("Pong-v5", num_slots=2, episode_seeds="episode")  # type: ignore[arg-type]
+
+
 def test_atari_error_in_a_group_thread_is_raised_and_the_evaluator_recovers() -> None:
     with PopulationEvaluator(
         "Pong-v5", num_slots=2, num_threads=1, hidden=(16,), max_episode_steps=5
@@ -158,6 +196,26 @@ def test_cli_evolve_ga_on_pong_writes_a_run_and_resumes(tmp_path: Path) -> None:
     assert second["frames"] - first["frames"] in (500, 600)
     assert _metric(run_dir, "charts/frames") == [500.0, second["frames"]]
     assert (run_dir / "curve.png").stat().st_size > 0
+
+
+def test_cli_evolve_with_env_seeds_resumes_exactly(tmp_path: Path) -> None:
+    """--episode-seeds env: a run resumed after a generation equals one run straight through
+    (each generation seeds its envs afresh, so no env history crosses a checkpoint)."""
+    args = [
+        "evolve", "ga", "--env", "Asterix-v5", "--population", "4", "--truncation", "2",
+        "--elite-candidates", "1", "--elite-episodes", "1", "--num-slots", "2",
+        "--num-threads", "1", "--max-episode-steps", "150", "--episode-seeds", "env",
+        "--runs-dir", str(tmp_path), "--progress", "False",
+    ]  # fmt: skip
+    assert main([*args, "--name", "straight", "--generations", "2"]) == 0
+    assert main([*args, "--name", "split", "--generations", "1"]) == 0
+    assert main(["evolve", "ga", "--resume", str(tmp_path / "split"), "--generations", "2"]) == 0
+    assert load_config(tmp_path / "split").episode_seeds == "env"
+    straight, split = load_checkpoint(tmp_path / "straight"), load_checkpoint(tmp_path / "split")
+    assert straight["frames"] == split["frames"]
+    assert torch.equal(straight["best"], split["best"])
+    means = _metric(tmp_path / "straight", "fitness/mean")
+    assert means == _metric(tmp_path / "split", "fitness/mean") and min(means) > 0
 
 
 # ---- the process backend -------------------------------------------------------------------------

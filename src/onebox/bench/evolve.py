@@ -27,7 +27,7 @@ import torch
 
 import onebox.envs
 from onebox.bench import common
-from onebox.evo.evaluator import PopulationEvaluator
+from onebox.evo.evaluator import EpisodeSeeds, PopulationEvaluator
 from onebox.nn.population import default_arch
 
 
@@ -58,6 +58,8 @@ class EvolveBenchConfig:
     """Network precision (as `onebox evolve --dtype`)."""
     seconds: float = 5.0
     """Wall time of each measurement (population: at least one whole evaluation)."""
+    episode_seeds: EpisodeSeeds = "pair"
+    """How episodes are seeded (as `onebox evolve --episode-seeds`; `env` is for Atari)."""
     seed: int = 0
     """Seed of the random networks and env seeds."""
     output: Path | None = None
@@ -98,6 +100,7 @@ def _evaluator(
         dtype=config.dtype,
         max_envs=max(num_slots, population),
         native_rollout=native_rollout,
+        episode_seeds=config.episode_seeds,
     )
 
 
@@ -247,7 +250,8 @@ def run(config: EvolveBenchConfig) -> int:
     title = (
         f"{config.env}: population {config.population} of {config.arch} "
         f"{'-'.join(map(str, config.hidden))}, {config.num_threads} engine thread(s) per group, "
-        f"{config.torch_threads} torch thread(s), {config.device}, {config.dtype}"
+        f"{config.torch_threads} torch thread(s), {config.device}, {config.dtype}, episode seeds "
+        f"{config.episode_seeds}"
     )
     from rich.table import Table
 
@@ -260,10 +264,16 @@ def run(config: EvolveBenchConfig) -> int:
     notes = []
     if onebox.envs.backend_of(config.env) == "atari":
         reset = seeded_reset_seconds(config)
+        starts = (
+            "Each episode starts with a seeded reset, for which ALE reloads the ROM"
+            if config.episode_seeds == "pair"
+            else "Episode seeds `env`: each env starts an evaluation with a seeded reset, for "
+            "which ALE reloads the ROM, and its later episodes with unseeded ones"
+        )
         notes = [
-            f"Each episode starts with a seeded reset, for which ALE reloads the ROM: "
-            f"{1000 * reset:.0f} ms of wall time for one env here (env only resets without a "
-            "seed). Games are whole (no episodic life), as in evolution.",
+            f"{starts}; a seeded reset takes {1000 * reset:.0f} ms of wall time for one env "
+            "here (env only resets without a seed). Games are whole (no episodic life), as in "
+            "evolution.",
             "",
         ]
         console.print(notes[0])
@@ -300,6 +310,8 @@ def run(config: EvolveBenchConfig) -> int:
         key = f"bench:evolve:{config.env}:{config.arch}:{config.device}"
         if config.dtype != "float32":
             key += f":{config.dtype}"
+        if config.episode_seeds != "pair":
+            key += f":{config.episode_seeds}-seeds"
         path = common.write_section(config.output, key, "\n".join(lines))
         console.print(f"wrote the {config.env} section of {path}")
     return 0

@@ -6,7 +6,8 @@
 How the episodes are played: the engine's closed-loop rollouts where the network fits them
 (`rollout_ok`), else K network slots in two groups with continuous batching
 (`onebox.evo.slots`, whose docstring tells how). Either way pair j (individual-major order)
-always plays in an env reset with seed `seed + j`, whatever K, the thread count or the timing.
+always plays in an env reset with seed `seed + j`, whatever K, the thread count or the timing,
+unless `episode_seeds="env"` (Atari only) trades that for resets without a ROM reload.
 
 Fitness is the true episode return: Atari pools run with `episodic_life=False` and
 `reward_clip=False`, so an episode is a whole game and its rewards are the game's score. Frames:
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -29,6 +30,9 @@ import onebox.envs
 from onebox.evo.slots import SlotGroup, SlotPlayer
 from onebox.nn.population import OBS_CLIP, Arch, DType, PopulationNet, default_arch
 from onebox.run import TimeSplit
+
+EpisodeSeeds = Literal["pair", "env"]
+"""How episodes are seeded (`PopulationEvaluator`'s `episode_seeds`)."""
 
 ParamSource = torch.Tensor | Callable[[np.ndarray], torch.Tensor]
 """Individuals' flat parameters: an (N, num_params) tensor, or a function from individual indices
@@ -91,6 +95,11 @@ class PopulationEvaluator:
         env_kwargs: the env's own options.
         native_rollout: evaluate with the engine's closed-loop rollouts where the network fits
             them (see `rollout_ok`).
+        episode_seeds: "pair": every (individual, episode) pair plays in an env reset with its
+            own seed, so fitnesses do not depend on K, threads or timing; ALE reloads the ROM
+            for such a reset (about 0.1 s of CPU an episode). "env" (Atari only): each env is
+            reset with a seed once per `evaluate` and its later episodes start unseeded, with no
+            reload; fitnesses then depend on K (`onebox.evo.slots` says how).
     """
 
     def __init__(
@@ -109,6 +118,7 @@ class PopulationEvaluator:
         backend: str | None = None,
         env_kwargs: dict[str, Any] | None = None,
         native_rollout: bool = True,
+        episode_seeds: EpisodeSeeds = "pair",
     ) -> None:
         if num_slots is not None and (
             isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 2
@@ -141,6 +151,14 @@ class PopulationEvaluator:
         self.backend = chosen
         self._backend_arg = backend  # None: `make` chooses (and warns if it has to fall back)
         self._resets = chosen == "atari"  # see the module docstring: rounds or resets
+        if episode_seeds not in ("pair", "env"):
+            raise ValueError(f"episode_seeds must be 'pair' or 'env', got {episode_seeds!r}")
+        if episode_seeds == "env" and not self._resets:
+            raise ValueError(
+                f"episode_seeds='env' is for Atari pools, whose seeded resets reload the ROM; "
+                f"the {chosen} backend of {env_id!r} seeds every episode at no cost: leave 'pair'"
+            )
+        self.episode_seeds = episode_seeds
         self.max_envs = max_envs
         if num_threads is None:
             num_threads = max(1, onebox.envs.physical_cores() // 2)
@@ -336,8 +354,8 @@ class PopulationEvaluator:
             self._rollouts(obs_norm)
         elif num_pairs:
             self._ensure_pools(num_pairs)
-            player = SlotPlayer(self.net, self._resets, self._seed, source, owner, self._returns,
-                                self._lengths, self._sums)  # fmt: skip
+            player = SlotPlayer(self.net, self._resets, self._seed, self.episode_seeds == "pair",
+                                source, owner, self._returns, self._lengths, self._sums)  # fmt: skip
             try:
                 player.play(self._groups)
             except BaseException:

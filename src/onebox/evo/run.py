@@ -32,7 +32,7 @@ import onebox.envs
 from onebox import cluster
 from onebox.evo.core import Algorithm, Generation
 from onebox.evo.es import ES, ESParams
-from onebox.evo.evaluator import PopulationEvaluator
+from onebox.evo.evaluator import EpisodeSeeds, PopulationEvaluator
 from onebox.evo.ga import GA, GAParams
 from onebox.evo.presets import env_family, preset_fields
 from onebox.evo.rs import ARS, RandomSearch, RSParams
@@ -76,6 +76,13 @@ class EvolveConfig(RunConfig):
     max_envs: int = 4096
     """Most envs held at once by native and process pools (one per queued episode; more episodes
     play in rounds). Atari pools hold one env per slot."""
+    episode_seeds: EpisodeSeeds = "pair"
+    """`pair`: every episode starts with a reset seeded by its own seed, so fitnesses do not
+    depend on `--num-slots`, threads, timing or Ray hosts; ALE reloads the ROM for each (about
+    0.1 s of CPU an episode on Atari). `env` (Atari only): each env is seeded once per generation
+    and its later episodes start unseeded, continuing its random stream (no reload): faster,
+    reproducible for the same `--num-slots` (and, with `--ray`, the same hosts), but fitnesses
+    depend on which env plays which episode."""
     device: str = "cpu"
     """torch device of the networks ("cuda" on a GPU)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -159,6 +166,7 @@ def make_evaluator(config: AnyConfig) -> PopulationEvaluator:
         device=config.device,
         dtype=config.dtype,
         native_rollout=config.native_rollout,
+        episode_seeds=config.episode_seeds,
     )
 
 

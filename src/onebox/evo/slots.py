@@ -9,7 +9,8 @@ How it runs:
   (individual, episode) pair from the queue (the individual's parameters are copied into the slot);
   with the queue empty, the last running slot moves into the hole.
 - Determinism: pair j (individual-major order) always plays in an env reset with seed
-  `seed + j`, whatever K, the thread count or the timing.
+  `seed + j`, whatever K, the thread count or the timing (`pair_seeds`; without it, Atari only,
+  see below).
 
 The envs are driven in one of two ways, by backend:
 - Rounds (the native engine and the process backend, whose envs may wait received-but-unsent
@@ -26,7 +27,12 @@ The envs are driven in one of two ways, by backend:
   (`AtariEnvPool.reset_envs`), for which ALE reloads the ROM (about 0.1 s of
   CPU per episode: the price of fitnesses that do not depend on K). A reset blocks its group's
   pool, so each group runs in its own thread (ALE and torch release the GIL) and one group's
-  resets overlap the other's steps and inference.
+  resets overlap the other's steps and inference. Without `pair_seeds` (`episode_seeds="env"`)
+  each `play` resets a group's whole pool once, env e with the seed of the group's e-th pair (so
+  each group's first pairs play as with pair seeds), and every later pair starts with an unseeded
+  reset of a free env (no reload: about 8 ms), whose random stream (its no-op starts, sticky
+  actions) and, in some games, its emulator state go on from the env's earlier episodes: the
+  fitnesses then depend on K, not on the thread count or the timing.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class SlotGroup:
         dtype = pool.single_observation_space.dtype
         self.obs = np.zeros((size, *obs_shape), dtype=dtype)
         self.first_obs = np.zeros((self.num_envs, *obs_shape), dtype=dtype)
+        self.fresh = np.zeros(self.num_envs, dtype=bool)  # resets: envs not played since reset
         self.slot_pair = np.full(size, -1, dtype=np.int64)
         self.slot_env = np.full(size, -1, dtype=np.int64)
         self.env_slot = np.full(self.num_envs, -1, dtype=np.int64)
@@ -76,6 +83,8 @@ class SlotPlayer:
         net: the K-slot population network.
         resets: drive the pools by resets (Atari) rather than rounds.
         seed: pair j plays in an env reset with seed `seed + j`.
+        pair_seeds: with resets, a seeded reset for every pair (False: one per env per `play`,
+            the module docstring says what then changes).
         params: individual indices -> their flat parameter rows.
         owner: (pairs,) the individual of each pair.
         returns, lengths: (pairs,) arrays to fill.
@@ -87,13 +96,14 @@ class SlotPlayer:
         net: PopulationNet,
         resets: bool,
         seed: int,
+        pair_seeds: bool,
         params: Callable[[np.ndarray], torch.Tensor],
         owner: np.ndarray,
         returns: np.ndarray,
         lengths: np.ndarray,
         sums: np.ndarray | None,
     ) -> None:
-        self.net, self._resets, self._seed = net, resets, seed
+        self.net, self._resets, self._seed, self._pair_seeds = net, resets, seed, pair_seeds
         self._params, self._owner = params, owner
         self._returns, self._lengths, self._sums = returns, lengths, sums
 
@@ -183,6 +193,13 @@ class SlotPlayer:
         g.slot_env[:] = -1
         g.env_slot[:] = -1
         g.idle = list(range(g.num_envs - 1, -1, -1))  # popped from the end: env 0 first
+        if not self._pair_seeds:  # env e takes the group's pair e first (see _reset_envs)
+            first = g.pairs[: g.num_envs]
+            spare = np.arange(first.size, g.num_envs) + self._owner.size + g.lo  # no pair's
+            seeds = self._seed + np.concatenate([first, spare]).astype(np.uint64)
+            with g.timing("env"):
+                g.first_obs[:], _ = g.pool.reset(seed=seeds.tolist())
+            g.fresh[:] = True
         g.running = g.size
         self._refill(g, np.arange(g.size))
         while not stop.is_set() and self._dispatch(g, None):
@@ -191,9 +208,19 @@ class SlotPlayer:
             self._collect(g, obs, rew, term, trunc, info["env_id"])
 
     def _reset_envs(self, g: SlotGroup, envs: np.ndarray, pairs: np.ndarray) -> np.ndarray:
-        """Seeded reset of g's `envs` for `pairs` (the others untouched); first observations."""
-        with g.timing("env"):
-            obs, _ = g.pool.reset_envs(envs, [self._seed + int(j) for j in pairs])
+        """Reset g's `envs` for `pairs` (the others untouched); their first observations. With
+        pair seeds each env is reset with its pair's seed; without, an env the group's reset left
+        fresh starts as it is, and the others with an unseeded reset."""
+        if self._pair_seeds:
+            with g.timing("env"):
+                obs, _ = g.pool.reset_envs(envs, [self._seed + int(j) for j in pairs])
+            return obs
+        fresh = g.fresh[envs]
+        obs = g.first_obs[envs]
+        g.fresh[envs] = False
+        if not fresh.all():
+            with g.timing("env"):
+                obs[~fresh], _ = g.pool.reset_envs(envs[~fresh])
         return obs
 
     # ---- both ---------------------------------------------------------------------------------
