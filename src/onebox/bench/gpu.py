@@ -5,8 +5,9 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
 
 - envs: Pong-v5 env steps/s of the engine alone against EnvPool, same envs and threads.
 - train: PPO with the Atari preset (8 envs, sync), PPO with a throughput preset (double-buffered,
-  128 envs) in float32 and bf16, and APPO: SPS, the time split, and SPS as a share of the engine
-  alone stepping the same envs with random actions (goal: >= 60%).
+  128 envs) in float32 and bf16, and APPO with its Atari preset (4 actors of 8 envs) and with the
+  same 128 envs (8 actors of 16): SPS, the time split, and SPS as a share of the engine alone
+  stepping the same envs with random actions (goal: >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads: float32
   with a seeded reset per episode, then float32 and bfloat16 with a seeded reset per env per
   evaluation (`--episode-seeds env`), population frames/s against the same pools stepped with
@@ -80,11 +81,11 @@ class GpuBenchConfig:
 
 SIZES: dict[bool, dict[str, Any]] = {
     False: dict(seconds=3.0, env_counts=(32, 128), iterations=3, throughput_envs=128, steps=None,
-                population=1000, slots=250, episode_cap=300, actors=16, actor_envs=32,
+                appo_actors=8, population=1000, slots=250, episode_cap=300, actors=16, actor_envs=32,
                 batches=(8, 64), learn_envs=64, offpolicy_seconds=45.0,
                 offpolicy_starts={"apex": 20_000, "r2d2": 250}, offpolicy_args=()),
-    True: dict(seconds=0.3, env_counts=(4,), iterations=1, throughput_envs=4, steps=16, population=6,
-               slots=4, episode_cap=10, actors=2, actor_envs=2, batches=(2,), learn_envs=4,
+    True: dict(seconds=0.3, env_counts=(4,), iterations=1, throughput_envs=4, steps=16, appo_actors=2,
+               population=6, slots=4, episode_cap=10, actors=2, actor_envs=2, batches=(2,), learn_envs=4,
                offpolicy_seconds=40.0, offpolicy_starts={"apex": 200, "r2d2": 10},
                offpolicy_args=("--actors", "2", "--envs-per-actor", "2", "--batch-size", "8")),
 }  # fmt: skip
@@ -264,20 +265,25 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
     from onebox.bench import train
 
     n = size["throughput_envs"]
-    runs = [("PPO, Atari preset", "sync", None, "float32"),
-            ("PPO, throughput", "double", n, "float32"),
-            ("PPO, throughput", "double", n, "bf16"),
-            ("APPO", "appo", None, "float32")]  # fmt: skip
+    actors = size["appo_actors"]  # the throughput APPO: its actors hold n envs in all
+    runs = [("PPO, Atari preset", "sync", None, "float32", None),
+            ("PPO, throughput", "double", n, "float32", None),
+            ("PPO, throughput", "double", n, "bf16", None),
+            ("APPO, Atari preset", "appo", None, "float32", None),
+            ("APPO, throughput", "appo", None, "float32", (actors, n // actors))]  # fmt: skip
     rows = []
     with tempfile.TemporaryDirectory() as root:
-        for k, (label, mode, num_envs, precision) in enumerate(runs):
+        for k, (label, mode, num_envs, precision, shape) in enumerate(runs):
             bench = train.TrainBenchConfig(env=ENV, modes=(mode,), iterations=size["iterations"],
                                            num_envs=num_envs, num_steps=size["steps"],
                                            num_threads=config.env_threads,
+                                           actors=shape and shape[0],
+                                           envs_per_actor=shape and shape[1],
                                            device=str(device), precision=precision)  # type: ignore[arg-type]  # fmt: skip
             r = train.measure(bench, mode, Path(root) / str(k))
             if mode == "appo":
-                c = appo.resolve(appo.Config(env=ENV, total_steps=1))
+                c = appo.resolve(appo.Config(env=ENV, total_steps=1, actors=bench.actors,
+                                             envs_per_actor=bench.envs_per_actor))  # fmt: skip
                 envs_total, peer = (c.actors or 1) * (c.envs_per_actor or 1), "onebox-async"
             else:
                 envs_total = num_envs or 8

@@ -40,7 +40,11 @@ class TrainBenchConfig(AccelFields):
     num_steps: int | None = None
     """PPO's steps per env in each rollout (default: the preset's; 128 for Atari)."""
     num_threads: int | None = None
-    """Env pool threads (default: physical cores)."""
+    """PPO's env pool threads (default: physical cores); APPO's actors share the cores."""
+    actors: int | None = None
+    """APPO's actors (default: the preset's; 4 for Atari)."""
+    envs_per_actor: int | None = None
+    """APPO's envs per actor (default: the preset's; 8 for Atari)."""
     torch_threads: int | None = None
     """Torch CPU threads (default: the learner's choice)."""
     device: str = "auto"
@@ -64,7 +68,8 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
 
     if mode == "appo":
         module: Any = appo
-        base: Any = appo.Config(env=config.env, total_steps=1)
+        base: Any = appo.Config(env=config.env, total_steps=1, actors=config.actors,
+                                envs_per_actor=config.envs_per_actor)  # fmt: skip
         fields: dict[str, Any] = {}
     else:
         module = ppo
