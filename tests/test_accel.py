@@ -19,7 +19,7 @@ from gymnasium import spaces
 from onebox import cli, run
 from onebox.algos import ppo
 from onebox.nn.accel import Accel, FastPolicy, SideStream, Staging, scale_images
-from onebox.nn.networks import ActorCritic, QNetwork, SquashedGaussianActor
+from onebox.nn.networks import ActorCritic, QNetwork, RecurrentQNetwork, SquashedGaussianActor
 from onebox.nn.population import PopulationNet
 
 cuda = pytest.mark.cuda
@@ -167,6 +167,17 @@ def test_cuda_networks_match_the_cpu(precision: str) -> None:
     with accel.autocast():
         got_q = q.to("cuda")(obs.cuda())
     torch.testing.assert_close(got_q.cpu(), want_q, atol=tol, rtol=tol)
+    torch.manual_seed(0)
+    rq = RecurrentQNetwork(IMAGES, spaces.Discrete(6))  # R2D2's: 5 steps of 4 envs
+    seq = obs[:20].view(5, 4, *obs.shape[1:])
+    state = (torch.randn(4, rq.size), torch.randn(4, rq.size))
+    want_rq = rq.unroll(seq, state)
+    with accel.autocast():
+        got_rq = rq.to("cuda").unroll(seq.cuda(), (state[0].cuda(), state[1].cuda()))
+    torch.testing.assert_close(
+        [got_rq[0].float().cpu(), *(h.float().cpu() for h in got_rq[1])],
+        [want_rq[0], *want_rq[1]], atol=tol, rtol=tol,
+    )  # fmt: skip
     box = spaces.Box(-2.0, 2.0, (3,), np.float32)
     actor = SquashedGaussianActor(spaces.Box(-np.inf, np.inf, (11,), np.float32), box)
     x = torch.randn(64, 11)
@@ -211,6 +222,7 @@ LEARNERS = {
     "pqn": ["--env", "CartPole-v1", "--total-steps", "2048"],
     "sac": ["--env", "Pendulum-v1", "--total-steps", "600", "--learning-starts", "300"],
     "apex": ["--env", "CartPole-v1", "--total-steps", "3000", "--learning-starts", "500"],
+    "r2d2": ["--env", "CartPole-v1", "--total-steps", "3000", "--learning-starts", "20"],
 }
 """A short run of each learner that uses a GPU (a3c is CPU-only Hogwild)."""
 

@@ -105,6 +105,10 @@ def test_minatar_presets_are_picked_for_minatar_ids() -> None:
     assert (cfg.learning_rate, cfg.end_e, cfg.exploration_fraction) == (5e-4, 0.05, 0.1)
     cfg = appo.resolve(appo.Config(env=BREAKOUT))
     assert cfg.preset == "minatar" and cfg.batch_size == 32 * 4 * 16
+    assert (cfg.learning_rate, cfg.ent_coef) == (5e-3, 1e-4)
+    assert appo.resolve(appo.Config(env="CartPole-v1")).ent_coef == 0.01
+    with pytest.raises(ValueError, match="--ent-coef must be >= 0"):
+        appo.resolve(appo.Config(env=BREAKOUT, ent_coef=-0.1))
     for cls in (evo_run.GAConfig, evo_run.ESConfig, evo_run.RSConfig):
         config = evo_run.resolve(cls(env=BREAKOUT))
         assert config.preset == "minatar" and not getattr(config, "obs_norm", False), cls

@@ -38,7 +38,8 @@ class Config(impala.Config):
     unroll: int | None = None
     """Steps per unroll (preset: 8 classic, 20 Atari)."""
     learning_rate: float | None = None
-    """Learning rate (preset: Adam 2.5e-3 classic, RMSProp 6e-4 Atari), linearly annealed."""
+    """Learning rate (preset: Adam 2.5e-3 classic, RMSProp 6e-4 Atari, Adam 5e-3 MinAtar), linearly
+    annealed."""
     clip_coef: float = 0.2
     """Surrogate clipping coefficient."""
     update_epochs: int | None = None
@@ -58,8 +59,8 @@ PRESETS = Presets(Config, {
         "atari": dict(update_epochs=2, num_minibatches=2),
         "minatar": dict(
             total_steps=10_000_000, actors=2, envs_per_actor=16, unroll=32, batch_unrolls=4,
-            learning_rate=1e-3, optimizer="adam", max_grad_norm=0.5, update_epochs=4,
-            num_minibatches=4,
+            learning_rate=5e-3, optimizer="adam", max_grad_norm=0.5, update_epochs=4,
+            num_minibatches=4, ent_coef=1e-4,
         ),
     }.items()
 })  # fmt: skip

@@ -92,8 +92,8 @@ class Config(TorchConfig, AccelFields, actor_learner.ActorFields):
     """V-trace clip of the importance weights in the value targets."""
     c_bar: float = 1.0
     """V-trace clip of the trace-cutting coefficients."""
-    ent_coef: float = 0.01
-    """Entropy bonus coefficient."""
+    ent_coef: float | None = None
+    """Entropy bonus coefficient (preset: 0.01; APPO's MinAtar preset 1e-4)."""
     vf_coef: float = 0.5
     """Value loss coefficient (IMPALA's baseline cost)."""
     max_grad_norm: float | None = None
@@ -113,11 +113,11 @@ class Config(TorchConfig, AccelFields, actor_learner.ActorFields):
 PRESETS = Presets(Config, {
     "classic": dict(
         total_steps=500_000, actors=2, envs_per_actor=8, unroll=10, batch_unrolls=1,
-        learning_rate=2e-3, optimizer="adam", max_grad_norm=0.5,
+        learning_rate=2e-3, optimizer="adam", max_grad_norm=0.5, ent_coef=0.01,
     ),
     "atari": dict(
         total_steps=10_000_000, actors=4, envs_per_actor=8, unroll=20, batch_unrolls=4,
-        learning_rate=6e-4, optimizer="rmsprop", max_grad_norm=40.0,
+        learning_rate=6e-4, optimizer="rmsprop", max_grad_norm=40.0, ent_coef=0.01,
     ),
 })  # fmt: skip
 """Per env family: IMPALA's Atari settings (32 env-unrolls of 20 steps per batch, RMSProp 6e-4,
@@ -147,6 +147,8 @@ def resolve(config: Config, presets: Presets = PRESETS) -> Config:
     check_lstm(config.lstm)
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"--gamma must be in [0, 1], got {config.gamma}")
+    if config.ent_coef is None or config.ent_coef < 0:
+        raise ValueError(f"--ent-coef must be >= 0, got {config.ent_coef}")
     resolve_device(config.device)
     check_accel(config)
     return config
