@@ -29,10 +29,12 @@ The envs are driven in one of two ways, by backend:
   pool, so each group runs in its own thread (ALE and torch release the GIL) and one group's
   resets overlap the other's steps and inference. Without `pair_seeds` (`episode_seeds="env"`)
   each `play` resets a group's whole pool once, env e with the seed of the group's e-th pair (so
-  each group's first pairs play as with pair seeds), and every later pair starts with an unseeded
-  reset of a free env (no reload: about 8 ms), whose random stream (its no-op starts, sticky
-  actions) and, in some games, its emulator state go on from the env's earlier episodes: the
-  fitnesses then depend on K, not on the thread count or the timing.
+  each group's first pairs play as with pair seeds), and no reset is called after that: an env
+  whose episode ended is sent a no-op at the next step, which is ALE's own unseeded reset of it
+  (the engine's autoreset, on its worker threads beside the other envs' steps, no reload), and
+  the reset's observation starts the env's next pair; its slot waits that one step. The env's
+  random stream (no-op starts, sticky actions) and, in some games, its emulator state go on from
+  its earlier episodes: the fitnesses then depend on K, not on the thread count or the timing.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class SlotGroup:
         dtype = pool.single_observation_space.dtype
         self.obs = np.zeros((size, *obs_shape), dtype=dtype)
         self.first_obs = np.zeros((self.num_envs, *obs_shape), dtype=dtype)
-        self.fresh = np.zeros(self.num_envs, dtype=bool)  # resets: envs not played since reset
+        self.resetting = np.zeros(self.num_envs, dtype=bool)  # env seeds: ended, reset next step
         self.slot_pair = np.full(size, -1, dtype=np.int64)
         self.slot_env = np.full(size, -1, dtype=np.int64)
         self.env_slot = np.full(self.num_envs, -1, dtype=np.int64)
@@ -70,7 +72,8 @@ class SlotGroup:
         self.round_start = 0  # index in `pairs` of the current round's first pair
         self.next = 0  # index in `pairs` of the next pair to start
         self.running = 0  # slots [0, running) play episodes; the rest are free
-        self.idle: list[int] = []  # resets: envs without a pair, for the next pairs
+        self.idle: list[int] = []  # resets: envs without a pair, for the next pairs (env seeds:
+        # each just reset, its first observation in first_obs)
         self.timing = TimeSplit()  # this group's env and inference seconds (it may run in a thread)
         self.staging = Staging(device)  # on CUDA: pinned buffers, non-blocking copies
 
@@ -199,7 +202,7 @@ class SlotPlayer:
             seeds = self._seed + np.concatenate([first, spare]).astype(np.uint64)
             with g.timing("env"):
                 g.first_obs[:], _ = g.pool.reset(seed=seeds.tolist())
-            g.fresh[:] = True
+            g.resetting[:] = False
         g.running = g.size
         self._refill(g, np.arange(g.size))
         while not stop.is_set() and self._dispatch(g, None):
@@ -208,19 +211,12 @@ class SlotPlayer:
             self._collect(g, obs, rew, term, trunc, info["env_id"])
 
     def _reset_envs(self, g: SlotGroup, envs: np.ndarray, pairs: np.ndarray) -> np.ndarray:
-        """Reset g's `envs` for `pairs` (the others untouched); their first observations. With
-        pair seeds each env is reset with its pair's seed; without, an env the group's reset left
-        fresh starts as it is, and the others with an unseeded reset."""
-        if self._pair_seeds:
-            with g.timing("env"):
-                obs, _ = g.pool.reset_envs(envs, [self._seed + int(j) for j in pairs])
-            return obs
-        fresh = g.fresh[envs]
-        obs = g.first_obs[envs]
-        g.fresh[envs] = False
-        if not fresh.all():
-            with g.timing("env"):
-                obs[~fresh], _ = g.pool.reset_envs(envs[~fresh])
+        """The first observations of g's `envs` for `pairs`: with pair seeds each env is reset
+        with its pair's seed (the others untouched); without, they were reset already."""
+        if not self._pair_seeds:
+            return g.first_obs[envs]
+        with g.timing("env"):
+            obs, _ = g.pool.reset_envs(envs, [self._seed + int(j) for j in pairs])
         return obs
 
     # ---- both ---------------------------------------------------------------------------------
@@ -235,7 +231,14 @@ class SlotPlayer:
         ids: np.ndarray,
     ) -> np.ndarray:
         """Add a received batch to its slots' episodes, record and refill the ended ones; return
-        the batch rows whose episodes go on. Rows of envs without a slot are ignored."""
+        the batch rows whose episodes go on. Rows of envs without a slot are ignored, but for
+        the reset steps of envs that wait for one (env seeds), whose envs become free."""
+        if self._resets and not self._pair_seeds:
+            reset = np.flatnonzero(g.resetting[ids])
+            envs = ids[reset]
+            g.first_obs[envs] = obs[reset]
+            g.resetting[envs] = False
+            g.idle[:0] = envs[::-1].tolist()  # popped from the end: the lowest id first
         slot = g.env_slot[ids]
         rows = np.flatnonzero(slot >= 0)
         s = slot[rows]
@@ -252,32 +255,20 @@ class SlotPlayer:
             g.env_slot[envs] = -1
             g.slot_pair[fin] = -1
             g.slot_env[fin] = -1
-            if self._resets:
+            if self._resets and not self._pair_seeds:
+                g.resetting[envs] = True
+            elif self._resets:
                 g.idle.extend(envs.tolist())
             self._refill(g, np.sort(fin))
+        self._refill_tail(g)
         return cont
 
     def _refill(self, g: SlotGroup, free: np.ndarray) -> None:
-        """Start the next queued pairs in the free slots `free`; keep the running slots a prefix."""
-        end = g.pairs.size if self._resets else min(g.round_start + g.num_envs, g.pairs.size)
-        take = min(free.size, end - g.next)
+        """Start the next queued pairs in the free slots `free` (as many as there are free envs);
+        keep the running slots a prefix."""
+        take = self._startable(g, free.size)
         if take:
-            new = free[:take]
-            pairs = g.pairs[g.next : g.next + take]
-            if self._resets:
-                envs = np.array([g.idle.pop() for _ in range(take)], dtype=np.int64)
-                g.obs[new] = self._reset_envs(g, envs, pairs)
-            else:
-                envs = np.arange(g.next - g.round_start, g.next - g.round_start + take)
-                g.obs[new] = g.first_obs[envs]
-            g.next += take
-            g.slot_pair[new] = pairs
-            g.slot_env[new] = envs
-            g.env_slot[envs] = new
-            g.ret[new] = 0.0
-            g.len[new] = 0
-            with g.timing("inference"):
-                self.net.set_slots(torch.from_numpy(new + g.lo), self._params(self._owner[pairs]))
+            self._start(g, free[:take])
         holes = free[take:]
         if holes.size == 0:
             return
@@ -297,6 +288,39 @@ class SlotPlayer:
         with g.timing("inference"):
             self.net.move_slots(torch.from_numpy(dst + g.lo), torch.from_numpy(src + g.lo))
 
+    def _refill_tail(self, g: SlotGroup) -> None:
+        """Start queued pairs in the free slots past the running prefix, where envs have come
+        free since those slots were left empty (env seeds: an env waits a step for its reset)."""
+        take = self._startable(g, g.size - g.running)
+        if take:
+            g.running += take
+            self._start(g, np.arange(g.running - take, g.running))
+
+    def _startable(self, g: SlotGroup, slots: int) -> int:
+        """How many queued pairs can start now in up to `slots` free slots."""
+        end = g.pairs.size if self._resets else min(g.round_start + g.num_envs, g.pairs.size)
+        take = min(slots, end - g.next)
+        return min(take, len(g.idle)) if self._resets else take
+
+    def _start(self, g: SlotGroup, new: np.ndarray) -> None:
+        """Start the next `len(new)` queued pairs in the free slots `new`."""
+        take = new.size
+        pairs = g.pairs[g.next : g.next + take]
+        if self._resets:
+            envs = np.array([g.idle.pop() for _ in range(take)], dtype=np.int64)
+            g.obs[new] = self._reset_envs(g, envs, pairs)
+        else:
+            envs = np.arange(g.next - g.round_start, g.next - g.round_start + take)
+            g.obs[new] = g.first_obs[envs]
+        g.next += take
+        g.slot_pair[new] = pairs
+        g.slot_env[new] = envs
+        g.env_slot[envs] = new
+        g.ret[new] = 0.0
+        g.len[new] = 0
+        with g.timing("inference"):
+            self.net.set_slots(torch.from_numpy(new + g.lo), self._params(self._owner[pairs]))
+
     def _dispatch(self, g: SlotGroup, spare: np.ndarray | None) -> bool:
         """Run the running slots' networks and send their actions; False if no slot runs.
 
@@ -305,8 +329,13 @@ class SlotPlayer:
         action (a no-op).
         """
         n = g.running
-        if n == 0:
-            return False
+        if n == 0:  # with env seeds, slots can all wait for their envs' reset step
+            if spare is not None or not g.resetting.any() or g.next == g.pairs.size:
+                return False
+            space = g.pool.action_space
+            with g.timing("env"):
+                g.pool.send(np.zeros(space.shape, dtype=space.dtype))
+            return True
         obs = g.obs[:n]
         with g.timing("inference"):
             actions = self.net.act(g.staging(obs), slice(g.lo, g.lo + n))
