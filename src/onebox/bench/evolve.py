@@ -60,6 +60,9 @@ class EvolveBenchConfig:
     """Wall time of each measurement (population: at least one whole evaluation)."""
     episode_seeds: EpisodeSeeds = "pair"
     """How episodes are seeded (as `onebox evolve --episode-seeds`; `env` is for Atari)."""
+    cudnn_benchmark: bool = False
+    """Let cuDNN time its algorithms for each new convolution shape and keep the fastest
+    (`torch.backends.cudnn.benchmark`; on CUDA: the grouped convolutions of CNN populations)."""
     seed: int = 0
     """Seed of the random networks and env seeds."""
     output: Path | None = None
@@ -135,10 +138,15 @@ def rollout_rate(config: EvolveBenchConfig) -> float | None:
 def population_rate(config: EvolveBenchConfig, num_slots: int) -> tuple[float, float, float, int]:
     """(population frames/s, env-only frames/s with the same pools, inference time fraction,
     parameters per network)."""
-    with _evaluator(config, num_slots, config.num_threads) as ev:
-        pop = _population_frames(ev, config, warmup=num_slots)
-        split = ev.timing.fractions()
-        env_only = _env_only(ev, config.seconds) * ev.frames_per_step
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = config.cudnn_benchmark
+    try:
+        with _evaluator(config, num_slots, config.num_threads) as ev:
+            pop = _population_frames(ev, config, warmup=num_slots)
+            split = ev.timing.fractions()
+            env_only = _env_only(ev, config.seconds) * ev.frames_per_step
+    finally:
+        torch.backends.cudnn.benchmark = before
     return pop, env_only, split.get("inference", 0.0), ev.num_params
 
 
