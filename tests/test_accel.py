@@ -178,6 +178,20 @@ def test_cuda_networks_match_the_cpu(precision: str) -> None:
         [got_rq[0].float().cpu(), *(h.float().cpu() for h in got_rq[1])],
         [want_rq[0], *want_rq[1]], atol=tol, rtol=tol,
     )  # fmt: skip
+    torch.manual_seed(0)
+    ac = ActorCritic(IMAGES, spaces.Discrete(6), lstm=64)  # IMPALA's and APPO's --lstm
+    starts = torch.zeros(5, 4, dtype=torch.bool)
+    starts[2, 1] = True
+    state_ac = (torch.randn(4, 64), torch.randn(4, 64))
+    d, v, (h, c) = ac.unroll(seq, starts, state_ac)
+    with accel.autocast():
+        got_d, got_v, got_s = ac.to("cuda").unroll(
+            seq.cuda(), starts.cuda(), (state_ac[0].cuda(), state_ac[1].cuda())
+        )
+    torch.testing.assert_close(
+        [got_d.logits.float().cpu(), got_v.float().cpu(), *(x.float().cpu() for x in got_s)],
+        [d.logits, v, h, c], atol=tol, rtol=tol,
+    )  # fmt: skip
     box = spaces.Box(-2.0, 2.0, (3,), np.float32)
     actor = SquashedGaussianActor(spaces.Box(-np.inf, np.inf, (11,), np.float32), box)
     x = torch.randn(64, 11)
