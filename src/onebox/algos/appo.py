@@ -72,7 +72,7 @@ minibatches at Adam 2.5e-3. On CartPole-v1 (seeds 1-4) the best 20-episode mean 
 (2,048 steps), 4 epochs of 4 minibatches, gradient clip 0.5, and PPO's MinAtar learning rate and
 entropy coefficient (Adam 5e-3, 1e-4). On MinAtar/Breakout-v1 at 1M steps the last 100 training
 episodes averaged 18.1, 16.4 and 16.5 (seeds 1-3), where Adam 1e-3 with IMPALA's entropy 0.01
-gave 7.6, 7.2 and 6.7, entropy 1e-4 at 1e-3 10.0 and at 3e-3 15.6 and 15.4 (docs/results.md).
+gave 7.6, 7.2 and 6.7, entropy 1e-4 at 1e-3 10.0 and at 3e-3 15.6 and 15.4 (docs/results.md)."""
 
 
 def resolve(config: Config) -> Config:
