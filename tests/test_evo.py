@@ -23,7 +23,15 @@ from onebox.evo.run import ESConfig, GAConfig, RSConfig, load_policy, params_of,
 from onebox.nn.population import PopulationNet
 from onebox.run import load_checkpoint, load_config
 
-torch.set_num_threads(1)
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Each test with one torch thread: runs earlier in the session may have set more, and on a
+    busy 2-core machine two threads' spin-waits made a 7 s test outrun its 300 s timeout."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 # ---- population networks ---------------------------------------------------------------------
