@@ -82,12 +82,13 @@ class GpuBenchConfig:
 
 SIZES: dict[bool, dict[str, Any]] = {
     False: dict(seconds=3.0, env_counts=(32, 128), iterations=3, throughput_envs=128, steps=None,
-                appo_actors=8, population=1000, slots=250, episode_cap=300, actors=16, actor_envs=32,
-                batches=(8, 64), learn_envs=64, offpolicy_seconds=45.0,
+                appo_actors=8, population=1000, slots=250, episode_cap=300, actors=16,
+                actor_envs=32, batches=(8, 64), learn_envs=64, offpolicy_seconds=45.0,
                 offpolicy_starts={"apex": 20_000, "r2d2": 250}, offpolicy_args=()),
-    True: dict(seconds=0.3, env_counts=(4,), iterations=1, throughput_envs=4, steps=16, appo_actors=2,
-               population=6, slots=4, episode_cap=10, actors=2, actor_envs=2, batches=(2,), learn_envs=4,
-               offpolicy_seconds=40.0, offpolicy_starts={"apex": 200, "r2d2": 10},
+    True: dict(seconds=0.3, env_counts=(4,), iterations=1, throughput_envs=4, steps=16,
+               appo_actors=2, population=6, slots=4, episode_cap=10, actors=2, actor_envs=2,
+               batches=(2,), learn_envs=4, offpolicy_seconds=40.0,
+               offpolicy_starts={"apex": 200, "r2d2": 10},
                offpolicy_args=("--actors", "2", "--envs-per-actor", "2", "--batch-size", "8")),
 }  # fmt: skip
 """The suite's sizes, full and `--tiny`. The off-policy runs' learning starts (transitions for
@@ -272,7 +273,8 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
             ("PPO, throughput", "double", n, "float32", None, False),
             ("PPO, throughput", "double", n, "bf16", None, False),
             ("APPO, Atari preset", "appo", None, "float32", None, False),
-            ("APPO, throughput", "appo", None, "float32", (actors, n // actors), False)]  # fmt: skip
+            ("APPO, throughput", "appo", None, "float32", (actors, n // actors),
+             False)]  # fmt: skip
     rows = []
     with tempfile.TemporaryDirectory() as root:
         for k, (label, mode, num_envs, precision, shape, compiled) in enumerate(runs):

@@ -354,8 +354,9 @@ class PopulationEvaluator:
             self._rollouts(obs_norm)
         elif num_pairs:
             self._ensure_pools(num_pairs)
-            player = SlotPlayer(self.net, self._resets, self._seed, self.episode_seeds == "pair",
-                                source, owner, self._returns, self._lengths, self._sums)  # fmt: skip
+            pair_seeds = self.episode_seeds == "pair"
+            player = SlotPlayer(self.net, self._resets, self._seed, pair_seeds, source, owner,
+                                self._returns, self._lengths, self._sums)  # fmt: skip
             try:
                 player.play(self._groups)
             except BaseException:

@@ -198,7 +198,7 @@ class SlotPlayer:
         g.idle = list(range(g.num_envs - 1, -1, -1))  # popped from the end: env 0 first
         if not self._pair_seeds:  # env e takes the group's pair e first (see _reset_envs)
             first = g.pairs[: g.num_envs]
-            spare = np.arange(first.size, g.num_envs) + self._owner.size + g.lo  # no pair's
+            spare = np.arange(first.size, g.num_envs) + self._owner.size + g.lo  # no pair's seed
             seeds = self._seed + np.concatenate([first, spare]).astype(np.uint64)
             with g.timing("env"):
                 g.first_obs[:], _ = g.pool.reset(seed=seeds.tolist())
@@ -260,7 +260,8 @@ class SlotPlayer:
             elif self._resets:
                 g.idle.extend(envs.tolist())
             self._refill(g, np.sort(fin))
-        self._refill_tail(g)
+        if self._resets and not self._pair_seeds:
+            self._refill_tail(g)
         return cont
 
     def _refill(self, g: SlotGroup, free: np.ndarray) -> None:
