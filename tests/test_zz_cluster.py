@@ -134,7 +134,8 @@ def test_r2d2_actors_on_two_nodes_fill_the_sequence_table(cluster, tmp_path, act
 def test_impala_learns_cartpole_on_two_nodes(cluster: Cluster, tmp_path: Path) -> None:
     run_dir = train(cluster, tmp_path, "impala", "--env", "CartPole-v1", "--total-steps", "200000")
     returns = np.array([v for _, v in metric(run_dir, "charts/episodic_return")])
-    assert np.convolve(returns, np.ones(20) / 20, "valid").max() >= 475  # as tests/test_impala
+    # Solved, as 10 of 10 single-machine CLI runs were (tests/test_impala says which dipped).
+    assert np.convolve(returns, np.ones(20) / 20, "valid").max() >= 475
 
 
 @pytest.mark.slow
