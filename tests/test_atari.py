@@ -11,7 +11,7 @@ import pytest
 ale_py = pytest.importorskip("ale_py")
 
 import onebox.envs  # noqa: E402
-from onebox.envs import atari  # noqa: E402
+from onebox.envs import atari_games  # noqa: E402
 
 # Options that make ALE's reset deterministic and the protocol Gymnasium's AtariPreprocessing.
 PLAIN = dict(noop_max=0, use_fire_reset=False, episodic_life=False, reward_clip=False)
@@ -34,7 +34,7 @@ def test_ids_and_backend():
     v5 = sorted(
         k.removeprefix("ALE/") for k in gym.registry if k.startswith("ALE/") and k.endswith("-v5")
     )
-    assert atari.atari_ids() == v5
+    assert atari_games.atari_ids() == v5
     assert onebox.envs.backend_of("Pong-v5") == "atari"
     assert onebox.envs.backend_of("ALE/Pong-v5") == "atari"
     assert onebox.envs.backend_of("CartPole-v1") == "native"
@@ -343,13 +343,13 @@ def test_without_ale_py(monkeypatch):
     assert out.stdout.strip() == "False"  # ale-py is imported only for Atari envs
 
     monkeypatch.setitem(sys.modules, "ale_py", None)  # `import ale_py` now fails
-    atari._games.cache_clear()
+    atari_games.games.cache_clear()
     try:
         assert "Pong-v5" not in onebox.envs.list_envs()  # ALE/ ids may stay, via Gymnasium
         with pytest.raises(ImportError, match=r'pip install "onebox\[atari\]"'):
             onebox.envs.make("Pong-v5")
     finally:
-        atari._games.cache_clear()
+        atari_games.games.cache_clear()
 
 
 def test_ledger_against_hand_computed_steps():

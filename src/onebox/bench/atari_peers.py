@@ -21,7 +21,7 @@ import functools
 import itertools
 from typing import Any
 
-from onebox.envs.atari import atari_ids, rom_id
+from onebox.envs.atari_games import atari_ids, rom_id
 
 
 def is_atari(env_id: str) -> bool:

@@ -38,8 +38,6 @@ needs a full `reset()` first.
 from __future__ import annotations
 
 import difflib
-import functools
-import re
 from typing import Any
 
 import numpy as np
@@ -49,6 +47,13 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from onebox import _engine
+from onebox.envs.atari_games import (
+    ale_module,
+    atari_ids,
+    game_name,
+    games,
+    resolve_atari_options,
+)
 from onebox.envs.base import (
     ActionShapeError,
     EnvPool,
@@ -60,130 +65,6 @@ from onebox.envs.base import (
     reset_needed,
     split_reset_options,
 )
-
-INSTALL_HINT = 'Atari envs need ale-py >= 0.11: pip install "onebox[atari]"'
-
-OPTIONS: dict[str, tuple[Any, str]] = {
-    "frameskip": (4, "emulator frames per step, the action repeated and the rewards summed"),
-    "maxpool": (True, "observe the pixel-wise max of the last two frames of a step"),
-    "grayscale": (True, "grayscale frames (False: RGB, a trailing axis of 3)"),
-    "img_height": (84, "frame height after resizing (area interpolation)"),
-    "img_width": (84, "frame width after resizing"),
-    "stack_num": (4, "frames stacked in an observation, oldest first"),
-    "noop_max": (30, "a reset takes a random number of no-ops below this (0 or 1: none)"),
-    "use_fire_reset": (True, "press FIRE at reset (and after a life loss) in games that have it"),
-    "episodic_life": (True, "terminated at each lost life; the game itself goes on"),
-    "reward_clip": (True, "rewards clipped to their sign; info keeps the true score"),
-    "repeat_action_probability": (0.0, "sticky actions: chance the previous action is repeated"),
-    "full_action_space": (False, "all 18 actions instead of the game's minimal set"),
-    "max_num_frames_per_episode": (108_000, "truncate a game after this many frames (0: never)"),
-}
-"""Every option: name -> (its value in the "envpool" preset, doc)."""
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "envpool": {name: default for name, (default, _) in OPTIONS.items()},
-    "machado": {
-        **{name: default for name, (default, _) in OPTIONS.items()},
-        "repeat_action_probability": 0.25,
-        "full_action_space": True,
-        "episodic_life": False,
-        "use_fire_reset": False,
-    },
-}
-"""Option defaults by preset. "envpool": the EnvPool / CleanRL training setting. "machado": Machado
-et al. (2018): sticky actions 0.25, the full 18 actions, no episodic life, no FIRE reset (the rest
-as "envpool")."""
-
-_MULTIPLAYER_ONLY = frozenset({"combat", "joust", "maze_craze", "warlords"})
-"""ROMs ale-py ships that ALE cannot run single-player (ale-py registers no v5 env for them)."""
-
-_ID = re.compile(r"^(?:ALE/)?([A-Z][A-Za-z0-9]*)-v5$")
-
-
-def _ale() -> Any:
-    try:
-        import ale_py
-    except ImportError as e:
-        raise ImportError(INSTALL_HINT) from e
-    return ale_py
-
-
-@functools.cache
-def _games() -> dict[str, str]:
-    """Game name ("MsPacman") -> ROM id ("ms_pacman") for every single-player ROM of ale-py."""
-    ale_py = _ale()
-    return {
-        ale_py.registration.rom_id_to_name(rom): rom
-        for rom in ale_py.roms.get_all_rom_ids()
-        if rom not in _MULTIPLAYER_ONLY
-    }
-
-
-def atari_ids() -> list[str]:
-    """Every ALE game as "<Game>-v5"; empty without ale-py."""
-    try:
-        return sorted(f"{game}-v5" for game in _games())
-    except ImportError:
-        return []
-
-
-def _game(env_id: str) -> str | None:
-    m = _ID.match(env_id)
-    return m.group(1) if m else None
-
-
-def rom_id(env_id: str) -> str:
-    """ale-py's ROM id of an Atari env id: "ALE/MsPacman-v5" -> "ms_pacman"."""
-    game = _game(env_id)
-    if game is None or game not in _games():
-        raise ValueError(f"{env_id!r} is not an ALE game id")
-    return _games()[game]
-
-
-def resolve_atari_options(env_id: str, preset: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The preset's options with `kwargs` applied, names, types and ranges checked."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown Atari preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    config = dict(PRESETS[preset])
-    for name, value in kwargs.items():
-        if name not in OPTIONS:
-            close = difflib.get_close_matches(name, OPTIONS, n=3)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise TypeError(
-                f"{env_id} has no option {name!r}.{hint} Its options: {', '.join(OPTIONS)}."
-            )
-        default = OPTIONS[name][0]
-        if isinstance(default, bool):
-            ok = isinstance(value, bool | np.bool_)
-            value = bool(value) if ok else value
-        elif isinstance(default, int):
-            ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
-            value = int(value) if ok else value
-        else:
-            ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(
-                value, bool
-            )
-            value = float(value) if ok else value
-        if not ok:
-            raise TypeError(
-                f"{env_id} option {name!r} takes a {type(default).__name__}, got {value!r}"
-            )
-        config[name] = value
-    for name in ("frameskip", "img_height", "img_width", "stack_num"):
-        if config[name] < 1:
-            raise ValueError(f"{name} must be >= 1, got {config[name]}")
-    if not 0 <= config["noop_max"] < 2**31:
-        raise ValueError(f"noop_max must be >= 0, got {config['noop_max']}")
-    if not 0 <= config["max_num_frames_per_episode"] < 2**31:
-        raise ValueError(
-            "max_num_frames_per_episode must be >= 0 (0: no cap), "
-            f"got {config['max_num_frames_per_episode']}"
-        )
-    if not 0.0 <= config["repeat_action_probability"] <= 1.0:
-        raise ValueError(
-            f"repeat_action_probability must be in [0, 1], got {config['repeat_action_probability']}"
-        )
-    return config
 
 
 def _ale_seed(seed: int, generation: int) -> int:
@@ -210,8 +91,8 @@ class AtariEnvPool(EnvPool):
         copy: accepted for the `NativeEnvPool` API; ALE returns new arrays on every call, so the
             arrays returned are always fresh.
         thread_affinity_offset: pin worker k to CPU `offset + k`; -1 (default) leaves them free.
-        preset: "envpool" (default) or "machado": the defaults of the options (see `PRESETS`).
-        **options: the Atari options of `OPTIONS`, overriding the preset's.
+        preset: "envpool" (default) or "machado": the defaults of the options (see `onebox.envs.atari_games.PRESETS`).
+        **options: the Atari options of `onebox.envs.atari_games.OPTIONS`, overriding the preset's.
 
     Bad input raises `ValueError`/`TypeError`; using the pool after `close()` raises `RuntimeError`.
     """
@@ -225,11 +106,11 @@ class AtariEnvPool(EnvPool):
     def handles(cls, env_id: str) -> bool:
         """Whether `env_id` names an ALE game. Without ale-py, any "<Game>-v5" id is claimed, so
         that `make` can say how to install it."""
-        game = _game(env_id)
+        game = game_name(env_id)
         if game is None:
             return False
         try:
-            return game in _games()
+            return game in games()
         except ImportError:
             return True
 
@@ -247,9 +128,9 @@ class AtariEnvPool(EnvPool):
         preset: str = "envpool",
         **options: Any,
     ) -> None:
-        ale_py = _ale()
-        game = _game(env_id) if isinstance(env_id, str) else None
-        if game is None or game not in _games():
+        ale_py = ale_module()
+        game = game_name(env_id) if isinstance(env_id, str) else None
+        if game is None or game not in games():
             close = difflib.get_close_matches(str(env_id), atari_ids(), n=3)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise ValueError(f'{env_id!r} is not an ALE game id ("<Game>-v5").{hint}')
@@ -272,7 +153,7 @@ class AtariEnvPool(EnvPool):
                 f"got {thread_affinity_offset!r}"
             )
         config = resolve_atari_options(env_id, preset, options)
-        self._rom_path = ale_py.roms.get_rom_path(_games()[game])
+        self._rom_path = ale_py.roms.get_rom_path(games()[game])
         self._config = config
         self.num_envs = num_envs
         self.batch_size = batch_size
@@ -521,7 +402,7 @@ class AtariEnvPool(EnvPool):
     def _build(self) -> None:
         c = self._config
         self._ale_engine = None  # stop the old engine's threads before starting new ones
-        self._ale_engine = _ale().ALEVectorInterface(
+        self._ale_engine = ale_module().ALEVectorInterface(
             self._rom_path,
             self.num_envs,
             frame_skip=c["frameskip"],
