@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -71,6 +71,19 @@ def check_antithetic(population: int, sigma: float, episodes: int, center_episod
         raise ValueError("--episodes must be >= 1 and --center-episodes >= 0")
 
 
+class AntitheticParams(Protocol):
+    """The settings every antithetic method has (`ESParams`, `RSParams`); `check` raises
+    ValueError for an unset or out-of-range one."""
+
+    population: int | None
+    sigma: float | None
+    episodes: int | None
+    center_episodes: int | None
+    obs_norm: bool | None
+
+    def check(self) -> None: ...
+
+
 class Antithetic(Algorithm):
     """A center perturbed by antithetic noise pairs; subclasses turn returns into updates."""
 
@@ -78,19 +91,19 @@ class Antithetic(Algorithm):
         self,
         dim: int,
         init: Callable[[int], torch.Tensor],
+        params: AntitheticParams,
         seed: int,
-        population: int,
-        sigma: float,
-        episodes: int,
-        center_episodes: int,
-        obs_shape: tuple[int, ...] | None,
+        obs_shape: tuple[int, ...] | None = None,
     ) -> None:
-        check_antithetic(population, sigma, episodes, center_episodes)
+        """`obs_shape`: the observations' shape, to normalize them (with `params.obs_norm`)."""
+        params.check()
         super().__init__(dim, init, seed)
-        self.population, self.sigma = population, sigma
-        self.episodes, self.center_episodes = episodes, center_episodes
+        self.p = params
+        self.population, self.sigma = int(params.population), float(params.sigma)
+        self.episodes, self.center_episodes = int(params.episodes), int(params.center_episodes)
         self.theta = init(int(self.rng.integers(2**31)))
-        self.norm = RunningNorm(obs_shape) if obs_shape is not None else None
+        normalize = params.obs_norm and obs_shape is not None
+        self.norm = RunningNorm(obs_shape) if normalize else None
         self.seeds = np.zeros(0, dtype=np.int64)
         self.score = float("nan")
 
@@ -165,6 +178,8 @@ class Antithetic(Algorithm):
 class ES(Antithetic):
     """OpenAI ES: centered ranks, Adam, weight decay, observation normalization."""
 
+    p: ESParams
+
     def __init__(
         self,
         dim: int,
@@ -173,18 +188,7 @@ class ES(Antithetic):
         seed: int,
         obs_shape: tuple[int, ...] | None = None,
     ) -> None:
-        params.check()
-        super().__init__(
-            dim,
-            init,
-            seed,
-            params.population,
-            params.sigma,
-            params.episodes,
-            params.center_episodes,
-            obs_shape if params.obs_norm else None,
-        )
-        self.p = params
+        super().__init__(dim, init, params, seed, obs_shape)
         self.adam = Adam(dim, params.lr)
 
     def update(self, plus: np.ndarray, minus: np.ndarray) -> dict[str, float]:

@@ -65,26 +65,7 @@ class RSParams:
 class ARS(Antithetic):
     """Augmented random search (V2-t)."""
 
-    def __init__(
-        self,
-        dim: int,
-        init: Callable[[int], torch.Tensor],
-        params: RSParams,
-        seed: int,
-        obs_shape: tuple[int, ...] | None = None,
-    ) -> None:
-        params.check()
-        super().__init__(
-            dim,
-            init,
-            seed,
-            params.population,
-            params.sigma,
-            params.episodes,
-            params.center_episodes,
-            obs_shape if params.obs_norm else None,
-        )
-        self.p = params
+    p: RSParams
 
     def update(self, plus: np.ndarray, minus: np.ndarray) -> dict[str, float]:
         """Step along the top directions, scaled by the spread of their returns."""
