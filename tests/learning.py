@@ -21,6 +21,12 @@ def metric(run_dir: Path, tag: str) -> list[tuple[int, float]]:
         return [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f) if r["tag"] == tag]
 
 
+def best_window(run_dir: Path, n: int = 20) -> float:
+    """The best mean return over `n` consecutive episodes of the run."""
+    returns = np.array([v for _, v in metric(run_dir, "charts/episodic_return")])
+    return float(np.convolve(returns, np.ones(n) / n, "valid").max())
+
+
 def last_mean(run_dir: Path, n: int = 20) -> float:
     """Mean return of the run's last `n` episodes."""
     returns = [v for _, v in metric(run_dir, "charts/episodic_return")]

@@ -3,7 +3,6 @@ that checkpoint, resume and evaluate, and bad configs rejected before any work."
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 from pathlib import Path
 
@@ -12,21 +11,12 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from learning import best_window, metric
 from onebox import cli, run
 from onebox.algos import a2c
 from onebox.algos.onpolicy import Agent
 from onebox.nn.networks import ActorCritic
 from onebox.sampling import Rollout
-
-
-def metric(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-    with open(run_dir / "metrics.csv") as f:
-        return [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f) if r["tag"] == tag]
-
-
-def best_window(run_dir: Path, n: int = 20) -> float:
-    returns = np.array([v for _, v in metric(run_dir, "charts/episodic_return")])
-    return float(np.convolve(returns, np.ones(n) / n, "valid").max())
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ configs are rejected before any work."""
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import multiprocessing
 import os
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from learning import best_window, metric
 from onebox import cli, run
 from onebox.algos import a3c
 
@@ -26,11 +26,6 @@ def _restore_torch_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
-
-
-def metric(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-    with open(run_dir / "metrics.csv") as f:
-        return [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f) if r["tag"] == tag]
 
 
 def train(tmp_path: Path, *args: str) -> Path:
@@ -46,8 +41,7 @@ def optimizer_updates(run_dir: Path) -> float:
 
 def test_cartpole_learns_with_a_shared_optimizer(tmp_path: Path) -> None:
     run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "150000", "--actors", "2")
-    returns = np.array([v for _, v in metric(run_dir, "charts/episodic_return")])
-    assert np.convolve(returns, np.ones(20) / 20, "valid").max() >= 200
+    assert best_window(run_dir) >= 200
     step = run.load_checkpoint(run_dir)["global_step"]
     assert step >= 150000
     # 40 steps per update (8 envs x 5 steps); Hogwild increments may rarely collide.

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import subprocess
@@ -11,21 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from learning import descendants
+from learning import best_window, descendants, metric
 from onebox import cli, run
-
-
-def metric(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-    with open(run_dir / "metrics.csv") as f:
-        return [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f) if r["tag"] == tag]
-
-
-def best_window(run_dir: Path, n: int = 20) -> float:
-    returns = np.array([v for _, v in metric(run_dir, "charts/episodic_return")])
-    return float(np.convolve(returns, np.ones(n) / n, "valid").max())
 
 
 def train(tmp_path: Path, *args: str, algo: str = "impala") -> Path:

@@ -4,16 +4,15 @@ resume and evaluate."""
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 import onebox.envs
+from learning import best_window
 from onebox import cli, run
 from onebox.algos import a2c, ppo
 from onebox.algos.onpolicy import Agent
@@ -26,13 +25,6 @@ def _restore_torch_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
-
-
-def best_window(run_dir: Path, n: int = 20) -> float:
-    with open(run_dir / "metrics.csv") as f:
-        returns = [float(r["value"]) for r in csv.DictReader(f)
-                   if r["tag"] == "charts/episodic_return"]  # fmt: skip
-    return float(np.convolve(returns, np.ones(n) / n, "valid").max())
 
 
 def train(tmp_path: Path, algo: str, *args: str) -> Path:
