@@ -11,10 +11,10 @@ and the network a run starts from. Any field given on the command line wins over
   0.002, elite re-evaluation on 30 episodes), OpenAI ES's (population 5,000), and random search.
 - `minatar` (`MinAtar/*` ids, the MinAtar paper's small CNN): populations of 256 that fit two
   cores, sigma 0.02 (the networks' weights are N(0, 1/fan_in), as for Atari, but the net is
-  small), no observation normalization (the inputs are 0/1 grids). Not tuned: the GA on
+  small), no observation normalization (the inputs are 0/1 grids). The GA on
   MinAtar/Breakout-v1 with a 1M-frame budget (103-118 generations, seeds 1-3) gave elites that
-  scored 3.3-4.7 over 100 episodes (random play: 0.4; docs/results.md). ES and RS: not yet
-  measured.
+  scored 3.3-4.7 over 100 episodes (random play: 0.4; docs/results.md); sigma 0.01 or 0.005 did
+  no better, nor did a 5M-frame budget (4.5). ES: 0.5-2.5 at 1M frames. RS: not yet measured.
 """
 
 from __future__ import annotations
