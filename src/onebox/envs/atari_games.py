@@ -4,12 +4,11 @@ their presets, checked before a pool is built."""
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 from typing import Any
 
-import numpy as np
+from onebox.envs.base import apply_options
 
 INSTALL_HINT = 'Atari envs need ale-py >= 0.11: pip install "onebox[atari]"'
 
@@ -94,31 +93,7 @@ def resolve_atari_options(env_id: str, preset: str, kwargs: dict[str, Any]) -> d
     """The preset's options with `kwargs` applied, names, types and ranges checked."""
     if preset not in PRESETS:
         raise ValueError(f"unknown Atari preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    config = dict(PRESETS[preset])
-    for name, value in kwargs.items():
-        if name not in OPTIONS:
-            close = difflib.get_close_matches(name, OPTIONS, n=3)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise TypeError(
-                f"{env_id} has no option {name!r}.{hint} Its options: {', '.join(OPTIONS)}."
-            )
-        default = OPTIONS[name][0]
-        if isinstance(default, bool):
-            ok = isinstance(value, bool | np.bool_)
-            value = bool(value) if ok else value
-        elif isinstance(default, int):
-            ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
-            value = int(value) if ok else value
-        else:
-            ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(
-                value, bool
-            )
-            value = float(value) if ok else value
-        if not ok:
-            raise TypeError(
-                f"{env_id} option {name!r} takes a {type(default).__name__}, got {value!r}"
-            )
-        config[name] = value
+    config = apply_options(env_id, OPTIONS, PRESETS[preset], kwargs)
     for name in ("frameskip", "img_height", "img_width", "stack_num"):
         if config[name] < 1:
             raise ValueError(f"{name} must be >= 1, got {config[name]}")

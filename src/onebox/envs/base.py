@@ -13,6 +13,7 @@ As in Gymnasium, an env must be reset before it is stepped: `step`/`send` before
 from __future__ import annotations
 
 import abc
+import difflib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -219,3 +220,57 @@ class EnvPool(VectorEnv, abc.ABC):
             f"cannot set {name!r}: {type(self).__name__} envs are fixed when the pool is made; "
             "make a new pool with the option (onebox.envs.make(env_id, n, option=value))"
         )
+
+
+def apply_options(
+    env_id: str,
+    declared: dict[str, tuple[Any, str]],
+    config: dict[str, Any],
+    kwargs: dict[str, Any],
+) -> dict[str, Any]:
+    """`config` (the option values to start from) with the user's `kwargs` applied: each name
+    must be one of `declared` (name -> (default, doc)) and each value of its default's type
+    (bool, int, float, a tuple of that many numbers, or str); raises TypeError naming the option."""
+    config = dict(config)
+    for name, value in kwargs.items():
+        if name not in declared:
+            close = difflib.get_close_matches(name, declared, n=3)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            known = ", ".join(declared) or "none"
+            raise TypeError(f"{env_id} has no option {name!r}.{hint} Its options: {known}.")
+        default = declared[name][0]
+        if isinstance(default, bool):
+            ok = isinstance(value, bool | np.bool_)
+            value = bool(value) if ok else value
+        elif isinstance(default, int):
+            ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
+            value = int(value) if ok else value
+        elif isinstance(default, float):
+            ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+                value, bool
+            )
+            value = float(value) if ok else value
+        elif isinstance(default, tuple):
+            ok = (
+                isinstance(value, tuple | list | np.ndarray)
+                and len(value) == len(default)
+                and all(
+                    isinstance(v, int | float | np.integer | np.floating)
+                    and not isinstance(v, bool)
+                    for v in value
+                )
+            )
+            value = tuple(float(v) for v in value) if ok else value
+            if not ok:
+                raise TypeError(
+                    f"{env_id} option {name!r} takes a tuple of {len(default)} numbers, "
+                    f"got {value!r}"
+                )
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise TypeError(
+                f"{env_id} option {name!r} takes a {type(default).__name__}, got {value!r}"
+            )
+        config[name] = value
+    return config

@@ -21,6 +21,7 @@ from onebox.envs.base import (
     ActionShapeError,
     EnvPool,
     SeedLike,
+    apply_options,
     check_pool_args,
     check_seed,
     expand_seeds,
@@ -79,49 +80,8 @@ def mujoco_model_path(xml_file: str) -> str:
 def resolve_options(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Merge user keyword arguments into an env's defaults, checking names and types."""
     declared = native_options(env_id)
-    config = {name: default for name, (default, _) in declared.items()}
-    for name, value in kwargs.items():
-        if name not in declared:
-            close = difflib.get_close_matches(name, declared, n=3)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
-            known = ", ".join(declared) or "none"
-            raise TypeError(f"{env_id} has no option {name!r}.{hint} Its options: {known}.")
-        default = declared[name][0]
-        if isinstance(default, bool):
-            ok = isinstance(value, bool | np.bool_)
-            value = bool(value) if ok else value
-        elif isinstance(default, int):
-            ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
-            value = int(value) if ok else value
-        elif isinstance(default, float):
-            ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(
-                value, bool
-            )
-            value = float(value) if ok else value
-        elif isinstance(default, tuple):
-            ok = (
-                isinstance(value, tuple | list | np.ndarray)
-                and len(value) == len(default)
-                and all(
-                    isinstance(v, int | float | np.integer | np.floating)
-                    and not isinstance(v, bool)
-                    for v in value
-                )
-            )
-            value = tuple(float(v) for v in value) if ok else value
-            if not ok:
-                raise TypeError(
-                    f"{env_id} option {name!r} takes a tuple of {len(default)} numbers, "
-                    f"got {value!r}"
-                )
-        else:
-            ok = isinstance(value, str)
-        if not ok:
-            raise TypeError(
-                f"{env_id} option {name!r} takes a {type(default).__name__}, got {value!r}"
-            )
-        config[name] = value
-    return config
+    defaults = {name: default for name, (default, _) in declared.items()}
+    return apply_options(env_id, declared, defaults, kwargs)
 
 
 def _space(d: dict[str, Any]) -> spaces.Space:
