@@ -47,7 +47,8 @@ ATARI_ARGS: dict[str, str] = {
     "repeat_action_probability": "repeat_action_probability",
     "full_action_space": "full_action_space",
 }
-"""EnvPool's Atari options -> the option of onebox's Atari pool (`onebox.envs.atari_games.OPTIONS`).
+"""EnvPool's Atari options -> the option of onebox's Atari pool
+(`onebox.envs.atari_games.OPTIONS`).
 `reward_clip` and `max_episode_steps` are handled here."""
 
 ATARI_DEFAULTS = {"episodic_life": False, "reward_clip": False, "max_episode_steps": 27_000}

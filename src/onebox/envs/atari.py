@@ -91,8 +91,10 @@ class AtariEnvPool(EnvPool):
         copy: accepted for the `NativeEnvPool` API; ALE returns new arrays on every call, so the
             arrays returned are always fresh.
         thread_affinity_offset: pin worker k to CPU `offset + k`; -1 (default) leaves them free.
-        preset: "envpool" (default) or "machado": the defaults of the options (see `onebox.envs.atari_games.PRESETS`).
-        **options: the Atari options of `onebox.envs.atari_games.OPTIONS`, overriding the preset's.
+        preset: "envpool" (default) or "machado": the defaults of the options (see
+            `onebox.envs.atari_games.PRESETS`).
+        **options: the Atari options of `onebox.envs.atari_games.OPTIONS`, overriding the
+            preset's.
 
     Bad input raises `ValueError`/`TypeError`; using the pool after `close()` raises `RuntimeError`.
     """

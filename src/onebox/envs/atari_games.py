@@ -50,6 +50,7 @@ _ID = re.compile(r"^(?:ALE/)?([A-Z][A-Za-z0-9]*)-v5$")
 
 
 def ale_module() -> Any:
+    """The `ale_py` module; ImportError with the install command without it."""
     try:
         import ale_py
     except ImportError as e:
@@ -77,6 +78,7 @@ def atari_ids() -> list[str]:
 
 
 def game_name(env_id: str) -> str | None:
+    """The game of a "<Game>-v5" or "ALE/<Game>-v5" id ("Pong"), else None."""
     m = _ID.match(env_id)
     return m.group(1) if m else None
 
