@@ -32,7 +32,8 @@ env and rebuilt at sampling time, exactly as the env made them (episode starts i
 a quarter of the memory of stacked storage. `nbytes` is the memory held.
 
 `SequenceReplay` stores fixed-length overlapping sequences with the recurrent state at their
-start, for R2D2 (see `onebox.replay.sequence`).
+start, for R2D2 (see `onebox.replay.sequence`). Both tables are `onebox.replay.table.Table`s:
+one implementation of sampling, priority updates, `state_dict` and the .npz file.
 """
 
 from onebox.replay.buffer import ReplayBatch, ReplayBuffer

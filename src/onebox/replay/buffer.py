@@ -11,16 +11,8 @@ from onebox.replay.checks import as_batch, check_envs, check_flags, check_obs
 from onebox.replay.frames import FrameStore
 from onebox.replay.gather import take
 from onebox.replay.nstep import NStepStaging, check_nstep_args
-from onebox.replay.persist import (
-    check_config,
-    config_array,
-    load_into,
-    load_npz,
-    rng_state,
-    save_npz,
-    set_rng_state,
-)
-from onebox.replay.priorities import Priorities, check_priority_args
+from onebox.replay.persist import load_into
+from onebox.replay.table import Table, subset
 
 
 @dataclass
@@ -36,7 +28,7 @@ class ReplayBatch:
     indices: np.ndarray  # int64 slots, for update_priorities
 
 
-class ReplayBuffer:
+class ReplayBuffer(Table[ReplayBatch]):
     """A FIFO table of n-step transitions, uniform or prioritized (see the package docstring).
 
     `capacity` is rounded down to a multiple of `num_envs`: each env owns `capacity // num_envs`
@@ -44,6 +36,8 @@ class ReplayBuffer:
     first stacks of episodes). Episodes shorter than about 16 * K steps on average can outrun that
     margin; the env's oldest transitions then leave the table early (never a wrong stack).
     """
+
+    kind, items = "replay table", "transitions"
 
     def __init__(
         self,
@@ -63,33 +57,25 @@ class ReplayBuffer:
         seed: int = 0,
         eps: float = 1e-6,
     ) -> None:
-        obs_shape, action_shape = (
-            tuple(int(d) for d in obs_shape),
-            tuple(int(d) for d in action_shape),
-        )
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if capacity < num_envs:
-            raise ValueError(f"capacity ({capacity}) must be at least num_envs ({num_envs})")
+        super().__init__(
+            capacity, obs_shape, obs_dtype, action_shape, action_dtype, num_envs,
+            prioritized, alpha, beta, beta_steps, seed, eps,
+        )  # fmt: skip
+        obs_shape, action_shape = self.obs_shape, self.action_shape
         if frame_stack < 0 or (frame_stack and (len(obs_shape) < 2 or obs_shape[0] != frame_stack)):
             raise ValueError(
                 f"frame_stack={frame_stack} needs obs_shape (frame_stack, H, W, ...), got {obs_shape}"
             )
         check_nstep_args(n_step, gamma)
-        check_priority_args(alpha, beta, beta_steps, eps)
-        self.config = {
-            "capacity": int(capacity), "obs_shape": obs_shape, "obs_dtype": np.dtype(obs_dtype).str,
-            "action_shape": action_shape, "action_dtype": np.dtype(action_dtype).str,
-            "num_envs": int(num_envs), "n_step": int(n_step), "gamma": float(gamma),
-            "prioritized": bool(prioritized), "alpha": float(alpha), "beta": float(beta),
-            "beta_steps": int(beta_steps), "frame_stack": int(frame_stack), "eps": float(eps),
-        }  # fmt: skip
-        self.num_envs, self.per_env = int(num_envs), int(capacity) // int(num_envs)
+        self.config |= {
+            "n_step": int(n_step),
+            "gamma": float(gamma),
+            "frame_stack": int(frame_stack),
+        }
+        self.per_env = self.capacity // self.num_envs
         self.capacity = self.per_env * self.num_envs
-        self.obs_shape, self.obs_dtype = obs_shape, np.dtype(obs_dtype)
-        self.action_shape, self.action_dtype = action_shape, np.dtype(action_dtype)
         self.frame_stack, self.gamma = int(frame_stack), float(gamma)
-        self.rng = np.random.default_rng(seed)
+        self._make_priorities()
 
         staged: dict[str, tuple[tuple[int, ...], np.dtype]] = {
             "action": (action_shape, self.action_dtype),
@@ -117,22 +103,9 @@ class ReplayBuffer:
         self.staging = NStepStaging(self.num_envs, n_step, gamma, staged)
         self.head = np.zeros(self.num_envs, dtype=np.int64)  # transitions ever written per env
         self.tail = np.zeros(self.num_envs, dtype=np.int64)  # the oldest still held, per env
-        self.priorities = (
-            Priorities(self.capacity, alpha, beta, beta_steps, eps) if prioritized else None
-        )
 
     def __len__(self) -> int:
         return int((self.head - self.tail).sum())
-
-    @property
-    def beta(self) -> float:
-        """The importance-weight exponent of the next sample (1 when uniform)."""
-        return self.priorities.beta if self.priorities else 1.0
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of storage held (table, frames, staging, priority trees)."""
-        return sum(a.nbytes for a in self.state_dict().values())
 
     def add(
         self,
@@ -241,30 +214,13 @@ class ReplayBuffer:
                 self.priorities.remove(slots[gone])
             self.tail[gone] += 1
 
-    def sample(self, batch_size: int) -> ReplayBatch:
-        """`batch_size` transitions, drawn with replacement: uniformly, or prioritized (stratified
-        over `batch_size` equal segments of the priority total)."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if batch_size > self.capacity:
-            raise ValueError(
-                f"batch_size {batch_size} is larger than the capacity {self.capacity}; "
-                "make the capacity larger"
-            )
-        size = len(self)
-        if size == 0:
-            raise ValueError("sample() from an empty replay table: add() transitions first")
-        if self.priorities is not None:
-            slots, weights = self.priorities.sample(batch_size, self.rng)
-        else:
-            counts = self.head - self.tail
-            ends = np.cumsum(counts)
-            u = self.rng.integers(size, size=batch_size)
-            env = np.searchsorted(ends, u, side="right")
-            offset = self.tail[env] + u - (ends[env] - counts[env])
-            slots = env * self.per_env + offset % self.per_env
-            weights = np.ones(batch_size, dtype=np.float32)
-        return self._gather(slots, weights)
+    def _uniform_slots(self, batch_size: int) -> np.ndarray:
+        counts = self.head - self.tail
+        ends = np.cumsum(counts)
+        u = self.rng.integers(len(self), size=batch_size)
+        env = np.searchsorted(ends, u, side="right")
+        offset = self.tail[env] + u - (ends[env] - counts[env])
+        return env * self.per_env + offset % self.per_env
 
     def live_indices(self) -> np.ndarray:
         """The slots that hold transitions, env by env, oldest first."""
@@ -276,7 +232,7 @@ class ReplayBuffer:
 
     def get(self, indices: Any) -> ReplayBatch:
         """The transitions in slots `indices` (weights 1), e.g. from `live_indices()`."""
-        slots = self._check_indices(indices)
+        slots = self._check_indices(indices, self.capacity)
         return self._gather(slots, np.ones(len(slots), dtype=np.float32))
 
     def _gather(self, slots: np.ndarray, weights: np.ndarray) -> ReplayBatch:
@@ -301,51 +257,21 @@ class ReplayBuffer:
             indices=slots,
         )
 
-    def _check_indices(self, indices: Any) -> np.ndarray:
-        """A 1-d integer array (the range is checked where it is used)."""
-        indices = np.asarray(indices)
-        if indices.dtype.kind not in "iu" or indices.ndim != 1:
-            raise ValueError(
-                f"indices must be a 1-d integer array, got {indices.dtype} {indices.shape}"
-            )
-        return indices.astype(np.int64, copy=False)
-
-    def update_priorities(self, indices: Any, priorities: Any) -> None:
-        """New priorities for sampled slots from TD errors: (|td| + eps) ** alpha."""
-        if self.priorities is None:
-            raise ValueError("update_priorities() on a uniform table (prioritized=False)")
-        indices = self._check_indices(indices)
-        self.priorities.update(indices, np.asarray(priorities).reshape(-1))
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Every array of the table (live views, not copies), its config and RNG state."""
+    def _arrays(self) -> dict[str, np.ndarray]:
         state = {"table": self.table}
         state |= {f"staging.{k}": v for k, v in self.staging.state_dict().items()}
         state |= {"head": self.head, "tail": self.tail}
         if self.frames is not None:
             state |= {f"frames.{k}": v for k, v in self.frames.state_dict().items()}
-        if self.priorities is not None:
-            state |= {f"priorities.{k}": v for k, v in self.priorities.state_dict().items()}
         return state
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restore a `state_dict()` (with `config` and `rng` from `save`, checked and restored)."""
-        if "config" in state:
-            check_config("ReplayBuffer", self.config, state["config"])
-
-        def part(prefix: str) -> dict[str, np.ndarray]:
-            return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-
-        self.staging.load_state_dict(part("staging."))
+    def _load_arrays(self, state: dict[str, np.ndarray]) -> None:
+        self.staging.load_state_dict(subset(state, "staging."))
         load_into(
             {"table": self.table, "head": self.head, "tail": self.tail}, state, "replay table"
         )
         if self.frames is not None:
-            self.frames.load_state_dict(part("frames."))
-        if self.priorities is not None:
-            self.priorities.load_state_dict(part("priorities."))
-        if "rng" in state:
-            set_rng_state(self.rng, state["rng"])
+            self.frames.load_state_dict(subset(state, "frames."))
 
     def resume_from(self, path: Any) -> None:
         """`load` a saved table for envs that restart fresh episodes (a resumed run): the steps
@@ -353,14 +279,3 @@ class ReplayBuffer:
         no transition joins two episodes."""
         self.load(path)
         self.staging.count[:] = 0
-
-    def save(self, path: Any) -> None:
-        """Write the whole table, its config and RNG state to one .npz file."""
-        save_npz(
-            path,
-            {**self.state_dict(), "config": config_array(self.config), "rng": rng_state(self.rng)},
-        )
-
-    def load(self, path: Any) -> None:
-        """Load a `save`d file into this table (built with the same arguments)."""
-        self.load_state_dict(load_npz(path))

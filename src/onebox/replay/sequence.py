@@ -27,16 +27,8 @@ import numpy as np
 
 from onebox.replay.checks import as_batch, check_envs, check_flags, check_obs
 from onebox.replay.gather import take
-from onebox.replay.persist import (
-    check_config,
-    config_array,
-    load_into,
-    load_npz,
-    rng_state,
-    save_npz,
-    set_rng_state,
-)
-from onebox.replay.priorities import Priorities, check_priority_args
+from onebox.replay.persist import load_into
+from onebox.replay.table import Table
 
 
 @dataclass
@@ -63,8 +55,10 @@ def mixed_priority(abs_td: np.ndarray, mask: np.ndarray, eta: float = 0.9) -> np
     return eta * td.max(axis=1) + (1.0 - eta) * mean
 
 
-class SequenceReplay:
+class SequenceReplay(Table[SequenceBatch]):
     """A FIFO table of `capacity` sequences of `seq_len` steps (see the module docstring)."""
+
+    kind, items = "sequence table", "steps"
 
     def __init__(
         self,
@@ -85,10 +79,10 @@ class SequenceReplay:
         seed: int = 0,
         eps: float = 1e-6,
     ) -> None:
-        obs_shape, action_shape = (
-            tuple(int(d) for d in obs_shape),
-            tuple(int(d) for d in action_shape),
-        )
+        super().__init__(
+            capacity, obs_shape, obs_dtype, action_shape, action_dtype, num_envs,
+            prioritized, alpha, beta, beta_steps, seed, eps,
+        )  # fmt: skip
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
         if not 0 <= overlap < seq_len:
@@ -98,30 +92,15 @@ class SequenceReplay:
                 f"burn_in ({burn_in}) must be >= 0 and smaller than seq_len ({seq_len}): "
                 "the learner needs steps after the burn-in to train on"
             )
-        if num_envs < 1 or hidden_size < 1:
-            raise ValueError(
-                f"num_envs and hidden_size must be >= 1, got {num_envs}, {hidden_size}"
-            )
-        if capacity < num_envs:
-            raise ValueError(f"capacity ({capacity}) must be at least num_envs ({num_envs})")
-        check_priority_args(alpha, beta, beta_steps, eps)
-        self.config = {
-            "capacity": int(capacity), "obs_shape": obs_shape, "obs_dtype": np.dtype(obs_dtype).str,
-            "action_shape": action_shape, "action_dtype": np.dtype(action_dtype).str,
-            "num_envs": int(num_envs), "hidden_size": int(hidden_size), "seq_len": int(seq_len),
-            "overlap": int(overlap), "burn_in": int(burn_in), "prioritized": bool(prioritized),
-            "alpha": float(alpha), "beta": float(beta), "beta_steps": int(beta_steps),
-            "eps": float(eps),
+        if hidden_size < 1:
+            raise ValueError(f"hidden_size must be >= 1, got {hidden_size}")
+        self.config |= {
+            "hidden_size": int(hidden_size), "seq_len": int(seq_len), "overlap": int(overlap),
+            "burn_in": int(burn_in),
         }  # fmt: skip
-        self.capacity, self.num_envs, self.hidden_size = (
-            int(capacity),
-            int(num_envs),
-            int(hidden_size),
-        )
+        self.hidden_size = int(hidden_size)
         self.seq_len, self.stride, self.burn_in = int(seq_len), int(seq_len - overlap), int(burn_in)
-        self.obs_shape, self.obs_dtype = obs_shape, np.dtype(obs_dtype)
-        self.action_shape, self.action_dtype = action_shape, np.dtype(action_dtype)
-        self.rng = np.random.default_rng(seed)
+        obs_shape, action_shape = self.obs_shape, self.action_shape
         n, c, L, H = self.num_envs, self.capacity, self.seq_len, self.hidden_size
         self.stage = {  # the last L steps of each env
             "obs": np.zeros((n, L, *obs_shape), dtype=self.obs_dtype),
@@ -145,7 +124,7 @@ class SequenceReplay:
             "first": np.zeros(c, dtype=bool),
         }
         self.written = np.zeros((), dtype=np.int64)  # sequences ever stored
-        self.priorities = Priorities(c, alpha, beta, beta_steps, eps) if prioritized else None
+        self._make_priorities()
 
     def __len__(self) -> int:
         return int(min(self.written, self.capacity))
@@ -220,29 +199,12 @@ class SequenceReplay:
         if self.priorities is not None:
             self.priorities.add(slots)
 
-    def sample(self, batch_size: int) -> SequenceBatch:
-        """`batch_size` sequences, with replacement: uniform or prioritized (stratified)."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if batch_size > self.capacity:
-            raise ValueError(
-                f"batch_size {batch_size} is larger than the capacity {self.capacity}; "
-                "make the capacity larger"
-            )
-        if len(self) == 0:
-            raise ValueError("sample() from an empty sequence table: add() steps first")
-        if self.priorities is not None:
-            slots, weights = self.priorities.sample(batch_size, self.rng)
-        else:
-            slots = self.rng.integers(len(self), size=batch_size)
-            weights = np.ones(batch_size, dtype=np.float32)
-        return self._gather(slots, weights)
+    def _uniform_slots(self, batch_size: int) -> np.ndarray:
+        return self.rng.integers(len(self), size=batch_size)
 
     def get(self, indices: Any) -> SequenceBatch:
         """The sequences in slots `indices` (weights 1); slots [0, len) hold sequences."""
-        slots = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if slots.size and (slots.min() < 0 or slots.max() >= len(self)):
-            raise IndexError(f"indices must be slots in [0, {len(self)})")
+        slots = self._check_indices(indices, len(self))
         return self._gather(slots, np.ones(len(slots), dtype=np.float32))
 
     def _gather(self, slots: np.ndarray, weights: np.ndarray) -> SequenceBatch:
@@ -259,51 +221,14 @@ class SequenceReplay:
             indices=slots,
         )
 
-    def update_priorities(self, indices: Any, priorities: Any) -> None:
-        """New sequence priorities (e.g. `mixed_priority` of the |TD| errors): (p + eps)**alpha."""
-        if self.priorities is None:
-            raise ValueError("update_priorities() on a uniform table (prioritized=False)")
-        slots = np.asarray(indices)
-        if slots.dtype.kind not in "iu" or slots.ndim != 1:
-            raise ValueError(
-                f"indices must be a 1-d integer array, got {slots.dtype} {slots.shape}"
-            )
-        if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
-            raise IndexError(f"indices must be slots in [0, {self.capacity})")
-        self.priorities.update(slots, np.asarray(priorities).reshape(-1))
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Every array (live views), without config and RNG (`save` adds those)."""
+    def _arrays(self) -> dict[str, np.ndarray]:
         state = {f"table.{k}": v for k, v in self.table.items()}
         state |= {f"stage.{k}": v for k, v in self.stage.items()}
         state["written"] = self.written
-        if self.priorities is not None:
-            state |= {f"priorities.{k}": v for k, v in self.priorities.state_dict().items()}
         return state
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        if "config" in state:
-            check_config("SequenceReplay", self.config, state["config"])
-        arrays = {k: v for k, v in self.state_dict().items() if not k.startswith("priorities.")}
-        load_into(arrays, state, "sequence table")
-        if self.priorities is not None:
-            prefix = "priorities."
-            self.priorities.load_state_dict(
-                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-            )
-        if "rng" in state:
-            set_rng_state(self.rng, state["rng"])
-
-    def save(self, path: Any) -> None:
-        """Write the whole table, its config and RNG state to one .npz file."""
-        save_npz(
-            path,
-            {**self.state_dict(), "config": config_array(self.config), "rng": rng_state(self.rng)},
-        )
-
-    def load(self, path: Any) -> None:
-        """Load a `save`d file into this table (built with the same arguments)."""
-        self.load_state_dict(load_npz(path))
+    def _load_arrays(self, state: dict[str, np.ndarray]) -> None:
+        load_into(self._arrays(), state, "sequence table")
 
     def resume_from(self, path: Any) -> None:
         """`load` a saved table for envs that restart fresh episodes (a resumed run): the steps
