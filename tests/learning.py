@@ -1,5 +1,6 @@
 """Helpers for the learners' end-to-end tests: reading a run's metrics, and a run killed by
-SIGKILL after its first checkpoint, then resumed; the processes a run started."""
+SIGKILL after its first checkpoint, then resumed; the processes a run started; a bad config
+refused before anything is written."""
 
 from __future__ import annotations
 
@@ -32,6 +33,14 @@ def last_mean(run_dir: Path, n: int = 20) -> float:
     returns = [v for _, v in metric(run_dir, "charts/episodic_return")]
     assert len(returns) >= n, f"only {len(returns)} episodes"
     return float(np.mean(returns[-n:]))
+
+
+def refused(tmp_path: Path, capsys, algo: str, *args: str) -> str:
+    """Run `onebox train algo *args` into `tmp_path`; check it exits 2 having written nothing,
+    and return what it printed to stderr."""
+    assert cli.main(["train", algo, "--runs-dir", str(tmp_path), *args]) == 2
+    assert not any(tmp_path.iterdir())  # no run folder was made
+    return capsys.readouterr().err
 
 
 def kill_and_resume(tmp_path: Path, *args: str) -> tuple[Path, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -227,3 +228,13 @@ def test_command_line_and_formats():
     assert "--output" not in line
     assert common.format_rate(1234567) == "1.23M" and common.format_rate(987) == "987"
     assert common.format_ratio(3.14159) == "3.14×" and common.format_ratio(48.2) == "48×"
+
+
+@pytest.mark.parametrize("algo", sorted(cli.COMMANDS["train"].commands))
+def test_train_help_documents_every_field(algo, capsys):
+    config = cli._load(cli.COMMANDS["train"].commands[algo].config)
+    assert cli.main(["train", algo, "--help"]) == 0
+    out = capsys.readouterr().out
+    for field in dataclasses.fields(config):
+        assert "--" + field.name.replace("_", "-") in out, field.name
+    assert "Env steps to train for" in out  # a field's docstring

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from learning import kill_and_resume, last_mean, metric
+from learning import kill_and_resume, last_mean, metric, refused
 from onebox import cli, run
 from onebox.algos import pqn
 
@@ -82,10 +82,7 @@ def test_killed_run_resumes_its_counters_and_config_and_evaluates(tmp_path: Path
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message) -> None:
-    code = cli.main(["train", "pqn", "--runs-dir", str(tmp_path), *args])
-    assert code == 2
-    assert message in capsys.readouterr().err
-    assert not any(tmp_path.iterdir())
+    assert message in refused(tmp_path, capsys, "pqn", *args)
 
 
 def test_atari_q_network_has_layer_norm_after_every_layer() -> None:
