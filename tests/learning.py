@@ -1,6 +1,6 @@
 """Helpers for the learners' end-to-end tests: reading a run's metrics, and a run killed by
 SIGKILL after its first checkpoint, then resumed; the processes a run started; a bad config
-refused before anything is written."""
+refused before anything is written; whether a process is alive."""
 
 from __future__ import annotations
 
@@ -43,10 +43,9 @@ def refused(tmp_path: Path, capsys, algo: str, *args: str) -> str:
     return capsys.readouterr().err
 
 
-def kill_and_resume(tmp_path: Path, *args: str) -> tuple[Path, int]:
-    """Start `onebox train *args` in a subprocess with a checkpoint every ~0.1 s, SIGKILL it once
-    a checkpoint exists, check the checkpoint is mid-run, then resume it in this process. Returns
-    the run folder and the step of the checkpoint it resumed from."""
+def start_until_checkpoint(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
+    """Start `onebox *args` in a subprocess, run folder `tmp_path/run`, with a checkpoint every
+    ~0.1 s; return it and the folder once its first checkpoint exists (within 2 minutes)."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "onebox", *args, "--runs-dir", str(tmp_path), "--name", "run",
@@ -58,6 +57,14 @@ def kill_and_resume(tmp_path: Path, *args: str) -> tuple[Path, int]:
         assert proc.poll() is None, proc.communicate()[0]
         assert time.monotonic() < deadline, "no checkpoint appeared"
         time.sleep(0.2)
+    return proc, run_dir
+
+
+def kill_and_resume(tmp_path: Path, *args: str) -> tuple[Path, int]:
+    """Start `onebox train *args` in a subprocess with a checkpoint every ~0.1 s, SIGKILL it once
+    a checkpoint exists, check the checkpoint is mid-run, then resume it in this process. Returns
+    the run folder and the step of the checkpoint it resumed from."""
+    proc, run_dir = start_until_checkpoint(tmp_path, *args)
     time.sleep(1.0)
     proc.kill()  # SIGKILL: no chance to save
     proc.wait()
@@ -66,6 +73,16 @@ def kill_and_resume(tmp_path: Path, *args: str) -> tuple[Path, int]:
     assert cli.main(["train", "--resume", str(run_dir)]) == 0
     assert (run_dir / "config.json").read_text() == config_before
     return run_dir, saved_step
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` is running (a zombie is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
 
 
 def descendants(pid: int) -> dict[int, int]:

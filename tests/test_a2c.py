@@ -19,13 +19,6 @@ from onebox.nn.networks import ActorCritic
 from onebox.sampling import Rollout
 
 
-@pytest.fixture(autouse=True)
-def _restore_torch_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def train(tmp_path: Path, *args: str) -> Path:
     assert cli.main(["train", "a2c", "--runs-dir", str(tmp_path), "--name", "run", *args]) == 0
     return tmp_path / "run"

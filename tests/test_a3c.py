@@ -14,17 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from learning import best_window, metric, refused
 from onebox import cli, run
-
-
-@pytest.fixture(autouse=True)
-def _restore_torch_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 def train(tmp_path: Path, *args: str) -> Path:

@@ -20,13 +20,6 @@ from onebox.nn.networks import ActorCritic
 from onebox.sampling import Rollout, Sampler, gae
 
 
-@pytest.fixture(autouse=True)
-def _restore_torch_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def train(tmp_path: Path, algo: str, *args: str) -> Path:
     argv = ["train", algo, "--runs-dir", str(tmp_path), "--name", "run", "--env", "CartPole-v1"]
     assert cli.main([*argv, *args]) == 0

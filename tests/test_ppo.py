@@ -187,13 +187,6 @@ def test_double_sampler_trains_cartpole(tmp_path: Path) -> None:
     assert best_window(run_dir) >= 200  # learning, through the async path
 
 
-@pytest.fixture(autouse=True)
-def _restore_torch_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_resume_requires_a_run_folder(tmp_path: Path, capsys) -> None:
     assert cli.main(["train", "--resume", str(tmp_path)]) == 2
     assert "not a onebox run folder" in capsys.readouterr().err

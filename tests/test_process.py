@@ -26,6 +26,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import onebox.envs
+from learning import alive
 from onebox.envs import EnvPool, ProcessEnvPool
 
 pytestmark = pytest.mark.timeout(60)
@@ -455,15 +456,6 @@ def test_restart_on_crash_in_async_mode(tmp_path):
 # ---- lifecycle ----------------------------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
-        return f.read().split(")")[-1].split()[0] != "Z"
-
-
 def test_close_and_garbage_collection_stop_the_workers():
     pool = make("CartPole-v1", 4)
     pids = [p.proc.pid for p in pool._procs]
@@ -471,7 +463,7 @@ def test_close_and_garbage_collection_stop_the_workers():
     assert os.path.exists(shm)
     pool.async_reset()
     pool.close()
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
     assert not os.path.exists(shm)  # the shared memory was unlinked
     with pytest.raises(RuntimeError, match="closed"):
         pool.recv()
@@ -481,7 +473,7 @@ def test_close_and_garbage_collection_stop_the_workers():
     pids = [p.proc.pid for p in pool._procs]
     del pool
     gc.collect()
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
 
 
 def test_workers_exit_with_the_parent():
@@ -498,7 +490,7 @@ def test_workers_exit_with_the_parent():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=50)
     assert out.returncode == 0, out.stderr[-3000:]
     pids = [int(x) for x in out.stdout.split()]
-    assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids)
 
 
 @pytest.mark.parametrize("context", ["fork", "forkserver"])
@@ -518,9 +510,9 @@ def test_workers_exit_when_the_parent_is_killed(context):
     pids = [int(x) for x in out.stdout.split()]
     assert len(pids) == 2, out.stderr[-3000:]
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
 
 
 def test_default_context_runs_lambdas():

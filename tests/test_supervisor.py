@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from learning import alive
 from onebox.supervisor import (
     FROM_WORKER,
     TO_WORKER,
@@ -43,15 +44,6 @@ def sleep_forever(res) -> None:
         time.sleep(1)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
-        return f.read().split(")")[-1].split()[0] != "Z"
-
-
 def test_a_clean_exit_is_clean_and_pipes_carry_both_ways():
     sup = Supervisor("forkserver", echo, pipes=(TO_WORKER, FROM_WORKER))
     w = sup.add(Worker(0), "hi")
@@ -65,7 +57,7 @@ def test_a_clean_exit_is_clean_and_pipes_carry_both_ways():
     with pytest.raises(EOFError):  # ended: its end of the pipe is closed
         res.recv()
     sup.shutdown()
-    assert not _alive(w.pid) and w.conns == ()
+    assert not alive(w.pid) and w.conns == ()
 
 
 def test_an_exception_is_a_crash_with_its_traceback():
@@ -98,7 +90,7 @@ def test_a_sigkill_is_named_and_restarts_stop_at_the_limit():
         sup.restart(w)
     assert len(set(pids)) == 3
     sup.shutdown()
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
 
 
 def test_revive_restarts_a_crash_and_leaves_a_clean_exit():
@@ -138,7 +130,7 @@ def test_shutdown_kills_hung_workers_within_its_timeout_and_leaks_nothing():
     start = time.monotonic()
     sup.shutdown(timeout=0.5)
     assert time.monotonic() - start < 10  # bounded: the hung workers were killed, not awaited
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
     assert all(w.exit is not None and w.exit.signal == "SIGKILL" for w in workers)
     assert all(c.closed for c in conns) and all(w.conns == () for w in workers)
     sup.shutdown()  # twice is fine

@@ -11,8 +11,6 @@ signal is still reported). Not yet explained."""
 from __future__ import annotations
 
 import itertools
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,7 +21,7 @@ import pytest
 ray = pytest.importorskip("ray")  # the `ray` extra (in `test`)
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from learning import best_window, metric  # noqa: E402
+from learning import best_window, metric, start_until_checkpoint  # noqa: E402
 from onebox import cli, run  # noqa: E402
 from onebox.cluster import actor_hosts  # noqa: E402
 from onebox.cluster.evolve_hosts import RayPopulation  # noqa: E402
@@ -230,18 +228,10 @@ def test_worker_node_removed_mid_run(cluster: Cluster, tmp_path: Path) -> None:
 def test_learner_killed_resumes_on_another_number_of_hosts(cluster, tmp_path: Path) -> None:
     """The learner's process dies (SIGKILL): `onebox train --resume RUN --hosts 1` goes on from
     its last checkpoint with one actor host instead of two and finishes the run."""
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "onebox", "train", "impala", "--env", "CartPole-v1",
-         "--total-steps", "24000", "--ray", cluster.address, "--actor-hosts", "2",
-         "--checkpoint-minutes", "0.002", "--runs-dir", str(tmp_path), "--name", "run"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc, run_dir = start_until_checkpoint(
+        tmp_path, "train", "impala", "--env", "CartPole-v1", "--total-steps", "24000",
+        "--ray", cluster.address, "--actor-hosts", "2",
     )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not (run_dir / "checkpoint.pt").exists():
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "no checkpoint appeared"
-        time.sleep(0.2)
     proc.kill()
     proc.wait()
     saved = run.load_checkpoint(run_dir)["global_step"]
