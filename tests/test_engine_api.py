@@ -22,6 +22,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 import onebox.envs
 from onebox.envs import EnvPool, NativeEnvPool
+from onebox.envs.base import cap_options, time_limit
 
 ENV = "CartPole-v1"
 # Enough CartPole envs that the engine's cost estimate sends the work to its worker threads
@@ -305,6 +306,21 @@ def test_max_episode_steps_zero_means_no_limit():
         assert pool.spec.max_episode_steps is None
         pool.reset(seed=0)
         assert not any(r[3][0] for r in _balanced_steps(pool, 600))
+
+
+@pytest.mark.parametrize(
+    ("env_id", "limit", "cap"),
+    [("CartPole-v1", 500, {"max_episode_steps": 9}), ("MinAtar/Seaquest-v1", None,
+     {"max_episode_steps": 9}), ("Pong-v5", 27_000, {"max_num_frames_per_episode": 36})],
+)  # fmt: skip
+def test_time_limit_and_the_options_that_cap_episodes(env_id, limit, cap):
+    """What evaluation reads and sets: the step at which a pool's episodes end by themselves
+    (Atari's in frames, 108,000 at frameskip 4), and the options that make it 9 steps."""
+    with onebox.envs.make(env_id, 1) as pool:
+        assert time_limit(pool.spec) == limit
+        assert cap_options(pool.spec, 9) == cap
+    with onebox.envs.make(env_id, 1, **cap) as pool:
+        assert time_limit(pool.spec) == 9
 
 
 def test_terminated_and_truncated_on_the_same_step():

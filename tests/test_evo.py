@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,12 +14,14 @@ import torch.nn.functional as F
 from gymnasium import spaces
 
 import onebox.envs
+from onebox.algos.launch import eval_envs, play
 from onebox.cli import main
+from onebox.envs.base import EPISODE_CAP, time_limit
 from onebox.evo.core import centered_ranks
 from onebox.evo.es import ES, ESParams
 from onebox.evo.evaluator import PopulationEvaluator
 from onebox.evo.ga import GA, GAParams, rebuild
-from onebox.evo.presets import PRESETS, Preset, env_family
+from onebox.evo.presets import MINATAR_CAP, PRESETS, Preset, env_family
 from onebox.evo.run import ESConfig, GAConfig, RSConfig, load_policy, params_of, resolve, run
 from onebox.nn.population import PopulationNet
 from onebox.run import load_checkpoint, load_config
@@ -164,6 +167,40 @@ def test_episode_cap_and_frame_counting() -> None:
         assert ev.frames == 240
 
 
+def test_an_env_without_time_limit_gets_a_cap() -> None:
+    """A network that never leaves MinAtar Seaquest's surface plays forever (it never runs out of
+    oxygen): the evaluator caps such an env's episodes, with a warning, or at the given cap."""
+    with pytest.warns(UserWarning, match="MinAtar/Seaquest-v1 has no time limit"):
+        ev = PopulationEvaluator("MinAtar/Seaquest-v1", num_slots=2, num_threads=1)
+    with ev:
+        assert ev.max_episode_steps == EPISODE_CAP
+    with PopulationEvaluator(
+        "MinAtar/Seaquest-v1", num_slots=2, num_threads=1, max_episode_steps=40
+    ) as ev:
+        zeros = torch.zeros(2, ev.num_params)  # all-zero logits: action 0, no-op, at the surface
+        r = ev.evaluate(zeros, 1, seed=0)
+        assert (r.lengths == 40).all() and (r.returns == 0).all()
+    assert resolve(GAConfig(env="MinAtar/Seaquest-v1")).max_episode_steps == MINATAR_CAP
+
+
+def test_eval_caps_an_env_without_time_limit(capsys) -> None:
+    """`onebox eval`'s pool: an env with no time limit gets `EPISODE_CAP` steps, said on stdout,
+    or `--max-episode-steps`; a run's own cap otherwise (an evolve run's `max_episode_steps`)."""
+    saved = SimpleNamespace(env="MinAtar/Seaquest-v1")
+    asked = SimpleNamespace(seed=0, video=False, max_episode_steps=None)
+    with eval_envs(saved, asked) as envs:
+        assert time_limit(envs.spec) == EPISODE_CAP
+    assert "MinAtar/Seaquest-v1 has no time limit: episodes end at 27,000 steps" in (
+        capsys.readouterr().out
+    )
+    noop = lambda obs, starts: np.zeros(1, np.int64)  # noqa: E731  (waits at the surface)
+    with eval_envs(saved, SimpleNamespace(seed=0, video=False, max_episode_steps=25)) as envs:
+        assert play(noop, envs, 2, seed=0)[1] == [25, 25]
+    with eval_envs(SimpleNamespace(env="MinAtar/Seaquest-v1", max_episode_steps=30), asked) as e:
+        assert time_limit(e.spec) == 30
+    assert capsys.readouterr().out == ""
+
+
 def test_evaluator_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="num_slots"):
         PopulationEvaluator("CartPole-v1", num_slots=1)
@@ -296,6 +333,7 @@ def test_the_preset_follows_the_env_family(env_id: str, family: str) -> None:
         config = resolve(cls(env=env_id))
         assert config.preset == family and config.generations == preset.generations
         assert params_of(config) == preset.params and config.hidden == preset.hidden
+        assert config.max_episode_steps == preset.max_episode_steps
         # any field given wins over the preset; the others still come from it
         config = resolve(cls(env=env_id, population=20, generations=3, hidden=(8,)))
         assert (config.population, config.generations, config.hidden) == (20, 3, (8,))

@@ -97,6 +97,9 @@ class EvalConfig:
     """Also record the first episode to `<run>/videos/eval.mp4`."""
     seed: int = 12345
     """Seed of the evaluation envs (distinct from training seeds)."""
+    max_episode_steps: int | None = None
+    """Episode cap in env steps (default: the run's own cap, else the env's time limit, else
+    27,000 steps, said in the output, for an env that has none, as MinAtar's games)."""
 
 
 COMMANDS: dict[str, Command | Group] = {

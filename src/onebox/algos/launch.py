@@ -21,6 +21,7 @@ import torch
 
 import onebox.envs
 from onebox import run
+from onebox.envs.base import EPISODE_CAP, cap_options, time_limit
 
 
 def _module(config: Any) -> ModuleType:
@@ -83,6 +84,29 @@ def _observed_frame(obs: np.ndarray) -> np.ndarray:
     return image[-1] if image.shape[0] < image.shape[-1] else image  # stacked CHW or HWC RGB
 
 
+def eval_envs(saved: Any, config: Any) -> Any:
+    """The one-env pool `onebox eval` plays the run's policy on: the run's env and options, and
+    an episode cap (`--max-episode-steps`, else the run's own, else the env's time limit, else
+    `EPISODE_CAP`, said on stdout: a greedy policy can play forever where nothing ends it)."""
+    from onebox.algos.common import parse_env_options
+
+    renders = onebox.envs.backend_of(saved.env) in ("native", "process")
+    kwargs = dict(seed=config.seed, autoreset_mode="SameStep",
+                  **parse_env_options(getattr(saved, "env_options", {})),
+                  **({"render_mode": "rgb_array"} if config.video and renders else {}))  # fmt: skip
+    envs = onebox.envs.make(saved.env, 1, **kwargs)
+    cap = config.max_episode_steps or getattr(saved, "max_episode_steps", None)
+    if cap is None and time_limit(envs.spec) is None:
+        cap = EPISODE_CAP
+        print(f"{saved.env} has no time limit: episodes end at {cap:,} steps "
+              "(--max-episode-steps to change)")  # fmt: skip
+    if cap is None or cap == time_limit(envs.spec):
+        return envs
+    spec = envs.spec
+    envs.close()
+    return onebox.envs.make(saved.env, 1, **{**kwargs, **cap_options(spec, cap)})
+
+
 def evaluate(config: Any) -> int:
     """`onebox eval`: play the run's policy, print the returns, optionally write a video."""
     from onebox.cli import command_of
@@ -90,20 +114,14 @@ def evaluate(config: Any) -> int:
     run_dir = Path(config.run_dir)
     if config.episodes <= 0:
         raise ValueError(f"--episodes must be positive, got {config.episodes}")
+    if config.max_episode_steps is not None and config.max_episode_steps <= 0:
+        raise ValueError(f"--max-episode-steps must be positive, got {config.max_episode_steps}")
     command_of(run_dir)  # a run of a onebox learner (train or evolve), or ValueError
     saved = run.load_config(run_dir)
     # The run's own torch threads (1 for small nets: at batch 1 more threads only cost).
     torch.set_num_threads(getattr(saved, "torch_threads", None) or 1)
     policy = _module(saved).load_policy(run_dir, saved)
-    renders = onebox.envs.backend_of(saved.env) in ("native", "process")
-    options = {"render_mode": "rgb_array"} if config.video and renders else {}
-    env_options = getattr(saved, "env_options", {})
-    from onebox.algos.common import parse_env_options
-
-    with onebox.envs.make(
-        saved.env, 1, seed=config.seed, autoreset_mode="SameStep",
-        **parse_env_options(env_options), **options,
-    ) as envs:  # fmt: skip
+    with eval_envs(saved, config) as envs:
         returns, lengths, frames = play(policy, envs, config.episodes, config.seed, config.video)
     print(
         f"{saved.env}: {len(returns)} episodes, return {np.mean(returns):.2f} "

@@ -19,10 +19,36 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 SeedLike = int | Sequence[int] | None
+
+EPISODE_CAP = 27_000
+"""The episode cap, in env steps, that evaluation (`onebox eval`, evolution) gives an env without
+a time limit of its own, as Atari's 108,000 frames at frameskip 4: otherwise a policy can play
+one episode forever (one that waits at MinAtar Seaquest's surface never runs out of oxygen)."""
+
+
+def time_limit(spec: EnvSpec | None) -> int | None:
+    """The env step at which a pool with this `spec` truncates episodes by itself: the spec's
+    `max_episode_steps`, or ALE's frame cap (`max_num_frames_per_episode`) in steps; None if
+    its episodes can run forever."""
+    if spec is None:
+        return None
+    frames = spec.kwargs.get("max_num_frames_per_episode")
+    if frames is not None:
+        return -(-int(frames) // int(spec.kwargs.get("frameskip", 1))) or None
+    return spec.max_episode_steps or None
+
+
+def cap_options(spec: EnvSpec | None, steps: int) -> dict[str, int]:
+    """`make` options that end a pool's episodes after `steps` env steps: ALE's frame cap for
+    Atari pools (`frameskip` frames a step), else `max_episode_steps`."""
+    if spec is not None and "max_num_frames_per_episode" in spec.kwargs:
+        return {"max_num_frames_per_episode": steps * int(spec.kwargs.get("frameskip", 1))}
+    return {"max_episode_steps": steps}
 
 
 def physical_cores() -> int:

@@ -13,12 +13,15 @@ Fitness is the true episode return: Atari pools run with `episodic_life=False` a
 `reward_clip=False`, so an episode is a whole game and its rewards are the game's score. Frames:
 `frames_per_step` per env step (the env's frame skip: 4 for Atari, else 1), counted for real
 episodes only. The episode cap `max_episode_steps` (default: the env's own limit) is in env steps;
-for Atari it becomes ALE's frame cap, `max_episode_steps * frameskip` frames.
+for Atari it becomes ALE's frame cap, `max_episode_steps * frameskip` frames. An env without a time
+limit of its own gets `onebox.envs.base.EPISODE_CAP` steps by default, with a warning: one
+individual whose episode never ends would otherwise stall its generation.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,6 +30,7 @@ import numpy as np
 import torch
 
 import onebox.envs
+from onebox.envs.base import EPISODE_CAP, cap_options, time_limit
 from onebox.evo.slots import SlotGroup, SlotPlayer
 from onebox.nn.population import OBS_CLIP, Arch, DType, PopulationNet, default_arch
 from onebox.run import TimeSplit
@@ -180,9 +184,18 @@ class PopulationEvaluator:
         try:
             self.observation_space = probe.single_observation_space
             self.action_space = probe.single_action_space
+            self._spec = probe.spec
             kwargs = probe.spec.kwargs if probe.spec is not None else {}
         finally:
             probe.close()
+        if self.max_episode_steps is None and time_limit(self._spec) is None:
+            self.max_episode_steps = EPISODE_CAP
+            warnings.warn(
+                f"{env_id} has no time limit: evaluation episodes end at {EPISODE_CAP:,} steps "
+                "(an individual that never ends its episode would stall its generation); pass "
+                "max_episode_steps (--max-episode-steps) to choose the cap",
+                stacklevel=2,
+            )
         skip = kwargs.get("frame_skip", kwargs.get("frameskip", 1))
         self._skip = skip if isinstance(skip, int) else 1
         self.frames_per_step = int(frames_per_step or self._skip)
@@ -228,10 +241,8 @@ class PopulationEvaluator:
     def _make(self, num_envs: int, batch_size: int, num_threads: int, cap: bool = True) -> Any:
         kwargs = dict(self.env_kwargs)
         if cap and self.max_episode_steps is not None:
-            if self._resets:  # ALE caps frames of steps (not counting the reset's no-ops)
-                kwargs["max_num_frames_per_episode"] = self.max_episode_steps * self._skip
-            else:
-                kwargs["max_episode_steps"] = self.max_episode_steps
+            # ALE caps the frames of steps (not counting the reset's no-ops)
+            kwargs |= cap_options(self._spec, self.max_episode_steps)
         return onebox.envs.make(
             self.env_id,
             num_envs,

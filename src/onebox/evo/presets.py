@@ -15,6 +15,7 @@ and the network a run starts from. Any field given on the command line wins over
   MinAtar/Breakout-v1 with a 1M-frame budget (103-118 generations, seeds 1-3) gave elites that
   scored 3.3-4.7 over 100 episodes (random play: 0.4; docs/results.md); sigma 0.01 or 0.005 did
   no better, nor did a 5M-frame budget (4.5). ES: 0.5-2.5 at 1M frames. RS: not yet measured.
+  Episodes end at `MINATAR_CAP` steps.
 """
 
 from __future__ import annotations
@@ -41,7 +42,15 @@ class Preset:
     """Generations to run."""
     hidden: tuple[int, ...] | None = None
     """Hidden sizes (`(0,)`: a linear policy); None: the architecture's default."""
+    max_episode_steps: int | None = None
+    """Episode cap in env steps; None: the env's time limit (see `PopulationEvaluator`)."""
 
+
+MINATAR_CAP = 5_000
+"""The `minatar` presets' episode cap: MinAtar's games have no time limit, and an evolved network
+can play one episode forever (waiting at Seaquest's surface); learners' MinAtar episodes were at
+most about 2,100 steps (Space Invaders, PPO and APPO at 1M steps; Freeway's games end at 2,500),
+and a cap near that keeps such networks from spending a generation's frames."""
 
 PRESETS: dict[str, dict[Family, Preset]] = {
     "ga": {
@@ -52,7 +61,8 @@ PRESETS: dict[str, dict[Family, Preset]] = {
         "atari": Preset(GAParams(population=1000, truncation=20, sigma=0.002, episodes=1,
                                  elite_candidates=10, elite_episodes=30), generations=100),
         "minatar": Preset(GAParams(population=256, truncation=16, sigma=0.02, episodes=1,
-                                   elite_candidates=8, elite_episodes=10), generations=200),
+                                   elite_candidates=8, elite_episodes=10), generations=200,
+                           max_episode_steps=MINATAR_CAP),
     },
     "es": {
         "classic": Preset(ESParams(population=48, sigma=0.05, lr=0.05, weight_decay=0.0,
@@ -64,7 +74,7 @@ PRESETS: dict[str, dict[Family, Preset]] = {
                                  episodes=1, center_episodes=5, obs_norm=True), generations=100),
         "minatar": Preset(ESParams(population=256, sigma=0.02, lr=0.01, weight_decay=0.005,
                                    episodes=1, center_episodes=5, obs_norm=False),
-                          generations=200),
+                          generations=200, max_episode_steps=MINATAR_CAP),
     },
     "rs": {
         "classic": Preset(RSParams(population=48, sigma=0.05, lr=0.05, top_directions=8,
@@ -76,7 +86,7 @@ PRESETS: dict[str, dict[Family, Preset]] = {
                                  episodes=1, center_episodes=5, obs_norm=True), generations=100),
         "minatar": Preset(RSParams(population=100, sigma=0.02, lr=0.02, top_directions=8,
                                    episodes=1, center_episodes=5, obs_norm=False),
-                          generations=200),
+                          generations=200, max_episode_steps=MINATAR_CAP),
     },
 }  # fmt: skip
 """Per algorithm ("ga", "es", "rs") and env family."""
@@ -102,4 +112,4 @@ def preset_fields(algo: str, family: Family) -> dict[str, object]:
     """The config fields a preset fills: the params', `generations` and `hidden`."""
     preset = PRESETS[algo][family]
     return {**dataclasses.asdict(preset.params), "generations": preset.generations,
-            "hidden": preset.hidden}  # fmt: skip
+            "hidden": preset.hidden, "max_episode_steps": preset.max_episode_steps}  # fmt: skip

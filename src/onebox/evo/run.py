@@ -68,7 +68,8 @@ class EvolveConfig(RunConfig):
     torch_threads: int = 1
     """torch intra-op threads for the networks on the CPU."""
     max_episode_steps: int | None = None
-    """Episode cap in env steps (default: the env's time limit)."""
+    """Episode cap in env steps (preset: 5,000 MinAtar; default: the env's time limit, or 27,000
+    steps, with a warning, for an env that has none)."""
     native_rollout: bool = True
     """Evaluate with the engine's closed-loop rollouts (the network in C++, whole episodes, no
     Python per step) where they fit: native envs and a linear or one-hidden-layer mlp, float32 on
