@@ -199,6 +199,8 @@ def test_eval_caps_an_env_without_time_limit(capsys) -> None:
     with eval_envs(SimpleNamespace(env="MinAtar/Seaquest-v1", max_episode_steps=30), asked) as e:
         assert time_limit(e.spec) == 30
     assert capsys.readouterr().out == ""
+    assert main(["eval", "runs/any", "--max-episode-steps", "0"]) == 2
+    assert "--max-episode-steps must be positive, got 0" in capsys.readouterr().err
 
 
 def test_evaluator_rejects_bad_input() -> None:

@@ -45,7 +45,8 @@ def time_limit(spec: EnvSpec | None) -> int | None:
 
 def cap_options(spec: EnvSpec | None, steps: int) -> dict[str, int]:
     """`make` options that end a pool's episodes after `steps` env steps: ALE's frame cap for
-    Atari pools (`frameskip` frames a step), else `max_episode_steps`."""
+    Atari pools (`frameskip` frames a step; a reset's no-ops do not count), else
+    `max_episode_steps`."""
     if spec is not None and "max_num_frames_per_episode" in spec.kwargs:
         return {"max_num_frames_per_episode": steps * int(spec.kwargs.get("frameskip", 1))}
     return {"max_episode_steps": steps}

@@ -241,7 +241,6 @@ class PopulationEvaluator:
     def _make(self, num_envs: int, batch_size: int, num_threads: int, cap: bool = True) -> Any:
         kwargs = dict(self.env_kwargs)
         if cap and self.max_episode_steps is not None:
-            # ALE caps the frames of steps (not counting the reset's no-ops)
             kwargs |= cap_options(self._spec, self.max_episode_steps)
         return onebox.envs.make(
             self.env_id,
