@@ -69,9 +69,11 @@ def test_mlp_forward_on_slot_subsets_matches_each_network_alone() -> None:
         assert np.array_equal(net.act(obs.numpy(), slots), ref.argmax(1).numpy())
 
 
-def test_cnn_forward_matches_per_network_convolutions() -> None:
+@pytest.mark.parametrize("conv", ["grouped", "im2col"])
+def test_cnn_forward_matches_per_network_convolutions(conv: str) -> None:
     obs_space = spaces.Box(0, 255, (2, 40, 40), dtype=np.uint8)
-    net = PopulationNet("cnn", obs_space, spaces.Discrete(4), 3, hidden=(16,))
+    net = PopulationNet("cnn", obs_space, spaces.Discrete(4), 3, hidden=(16,), conv=conv)
+    assert net.conv == conv
     flats = torch.stack([net.init_params(10 + i) for i in range(3)])
     net.set_slots(slice(None), flats)
     obs = torch.randint(0, 256, (3, 2, 40, 40), dtype=torch.uint8)
@@ -107,6 +109,8 @@ def test_population_net_rejects_bad_input() -> None:
         PopulationNet("mlp", box, disc, 2, dtype="float64")
     with pytest.raises(ValueError, match="num_slots"):
         PopulationNet("mlp", box, disc, 0)
+    with pytest.raises(ValueError, match="conv must be"):
+        PopulationNet("mlp", box, disc, 2, conv="winograd")
     with pytest.raises(ValueError, match="cnn"):
         PopulationNet("mlp", spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8), disc, 2)
     net = PopulationNet("mlp", box, disc, 2)

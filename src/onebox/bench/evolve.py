@@ -60,9 +60,6 @@ class EvolveBenchConfig:
     """Wall time of each measurement (population: at least one whole evaluation)."""
     episode_seeds: EpisodeSeeds = "pair"
     """How episodes are seeded (as `onebox evolve --episode-seeds`; `env` is for Atari)."""
-    cudnn_benchmark: bool = False
-    """Let cuDNN time its algorithms for each new convolution shape and keep the fastest
-    (`torch.backends.cudnn.benchmark`; on CUDA: the grouped convolutions of CNN populations)."""
     seed: int = 0
     """Seed of the random networks and env seeds."""
     output: Path | None = None
@@ -135,19 +132,17 @@ def rollout_rate(config: EvolveBenchConfig) -> float | None:
         return _population_frames(ev, config, config.population or 0) if ev.rollout_ok else None
 
 
-def population_rate(config: EvolveBenchConfig, num_slots: int) -> tuple[float, float, float, int]:
-    """(population frames/s, env-only frames/s with the same pools, inference time fraction,
-    parameters per network)."""
-    before = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = config.cudnn_benchmark
-    try:
-        with _evaluator(config, num_slots, config.num_threads) as ev:
-            pop = _population_frames(ev, config, warmup=num_slots)
-            split = ev.timing.fractions()
-            env_only = _env_only(ev, config.seconds) * ev.frames_per_step
-    finally:
-        torch.backends.cudnn.benchmark = before
-    return pop, env_only, split.get("inference", 0.0), ev.num_params
+def population_rate(
+    config: EvolveBenchConfig, num_slots: int
+) -> tuple[float, float, dict[str, float], int]:
+    """(population frames/s, env-only frames/s with the same pools, the evaluator's time split
+    (shares of "env", "inference" and "params": making the individuals' parameters), parameters
+    per network)."""
+    with _evaluator(config, num_slots, config.num_threads) as ev:
+        pop = _population_frames(ev, config, warmup=num_slots)
+        split = ev.timing.fractions()
+        env_only = _env_only(ev, config.seconds) * ev.frames_per_step
+    return pop, env_only, split, ev.num_params
 
 
 def _env_only(ev: PopulationEvaluator, seconds: float) -> float:
@@ -234,11 +229,12 @@ def run(config: EvolveBenchConfig) -> int:
         "population / env-only",
         "population / one-at-a-time",
         "inference share",
+        "params share",
     ]
-    rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-"]]
+    rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-", "-"]]
     params = 0
     for k in config.num_slots:
-        pop, env_only, infer, params = population_rate(config, k)
+        pop, env_only, split, params = population_rate(config, k)
         rows.append(
             [
                 str(k),
@@ -246,14 +242,15 @@ def run(config: EvolveBenchConfig) -> int:
                 common.format_rate(env_only),
                 f"{100 * pop / env_only:.1f}%",
                 common.format_ratio(pop / single),
-                f"{100 * infer:.0f}%",
+                f"{100 * split.get('inference', 0.0):.0f}%",
+                f"{100 * split.get('params', 0.0):.0f}%",
             ]
         )
     rollout = rollout_rate(config)
     if rollout is not None:
         rows.append(
             ["native rollout", common.format_rate(rollout), "-", "-",
-             common.format_ratio(rollout / single), "-"]
+             common.format_ratio(rollout / single), "-", "-"]
         )  # fmt: skip
     title = (
         f"{config.env}: population {config.population} of {config.arch} "

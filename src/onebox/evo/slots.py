@@ -319,8 +319,10 @@ class SlotPlayer:
         g.env_slot[envs] = new
         g.ret[new] = 0.0
         g.len[new] = 0
+        with g.timing("params"):  # the individuals' parameters, made by the caller's function
+            flat = self._params(self._owner[pairs])
         with g.timing("inference"):
-            self.net.set_slots(torch.from_numpy(new + g.lo), self._params(self._owner[pairs]))
+            self.net.set_slots(torch.from_numpy(new + g.lo), flat)
 
     def _dispatch(self, g: SlotGroup, spare: np.ndarray | None) -> bool:
         """Run the running slots' networks and send their actions; False if no slot runs.

@@ -34,6 +34,7 @@ from gymnasium import spaces
 
 Arch = Literal["mlp", "cnn", "minatar"]
 DType = Literal["float32", "bfloat16", "float16"]
+ConvImpl = Literal["auto", "grouped", "im2col"]
 Slots = slice | torch.Tensor
 
 NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
@@ -110,6 +111,13 @@ class PopulationNet:
         device: torch device.
         dtype: parameter and compute precision, "float32", "bfloat16" or "float16" (a dtype
             torch cannot run these layers in on `device` raises `ValueError`).
+        conv: how a conv layer runs its n individuals: "grouped" (one `conv2d` with a group
+            per individual), "im2col" (`unfold`, then one `baddbmm` of every individual's
+            weights with its own patches) or "auto": im2col for bfloat16 and float16 on CUDA,
+            grouped otherwise. Both compute the same outputs; "auto" picks the faster as
+            measured for 125 Nature CNNs on an H200 (grouped 1.1 ms a call in float32 against
+            im2col's 3.8 ms; in bfloat16 grouped 6.2-7.8 ms against 3.7 ms: cuDNN's grouped
+            kernels are slow in bfloat16) and on a CPU (grouped 1.2-1.6x faster).
     """
 
     def __init__(
@@ -122,6 +130,7 @@ class PopulationNet:
         hidden: tuple[int, ...] | None = None,
         device: str | torch.device = "cpu",
         dtype: DType = "float32",
+        conv: ConvImpl = "auto",
     ) -> None:
         if not isinstance(observation_space, spaces.Box):
             raise TypeError(f"observations must be a Box space, got {observation_space}")
@@ -146,6 +155,12 @@ class PopulationNet:
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.dtype = DTYPES[dtype]
+        if conv not in ("auto", "grouped", "im2col"):
+            raise ValueError(f"conv must be 'auto', 'grouped' or 'im2col', got {conv!r}")
+        if conv == "auto":
+            low = self.dtype != torch.float32
+            conv = "im2col" if self.device.type == "cuda" and low else "grouped"
+        self.conv: ConvImpl = conv
         self.layers: list[Layer] = _layers(arch, self.obs_shape, tuple(hidden), out)
         self.num_params = sum(math.prod(lay.weight) + math.prod(lay.bias) for lay in self.layers)
         self.weights = [
@@ -254,17 +269,19 @@ class PopulationNet:
                 if k < last:
                     x = torch.tanh_(x) if self.arch == "mlp" else torch.relu_(x)
             else:
-                b = self.biases[k][slots]
-                c = x.shape[1]
-                y = F.conv2d(
-                    x.reshape(1, n * c, *x.shape[2:]),
-                    w.reshape(n * w.shape[1], *w.shape[2:]),
-                    b.reshape(-1),
-                    stride=lay.stride,
-                    groups=n,
-                )
-                x = torch.relu_(y.reshape(n, -1, *y.shape[2:]))
+                x = torch.relu_(self._conv(x, w, self.biases[k][slots], lay.stride))
         return x.reshape(n, -1).float()
+
+    def _conv(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, stride: int) -> torch.Tensor:
+        """Individual k's conv (weights w[k], bias b[k]) on its own input x[k], for every k."""
+        n, out, k = w.shape[0], w.shape[1], w.shape[-1]
+        if self.conv == "grouped":
+            y = F.conv2d(x.reshape(1, -1, *x.shape[2:]), w.reshape(n * out, *w.shape[2:]),
+                         b.reshape(-1), stride=stride, groups=n)  # fmt: skip
+            return y.reshape(n, out, *y.shape[2:])
+        h, wd = ((d - k) // stride + 1 for d in x.shape[2:])
+        patches = F.unfold(x, k, stride=stride)  # (n, in * k * k, h * wd), in w's (in, k, k) order
+        return torch.baddbmm(b.unsqueeze(2), w.reshape(n, out, -1), patches).reshape(n, out, h, wd)
 
     def act(self, obs: torch.Tensor | np.ndarray, slots: Slots) -> np.ndarray:
         """Actions (numpy) of slot `slots[k]`'s network on `obs[k]`."""
