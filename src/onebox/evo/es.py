@@ -26,6 +26,8 @@ from onebox.evo.core import (
     centered_ranks,
     check_set,
     noise,
+    perturbed,
+    rows,
 )
 from onebox.evo.evaluator import EvalResult
 
@@ -107,11 +109,11 @@ class Antithetic(Algorithm):
         self.seeds = np.zeros(0, dtype=np.int64)
         self.score = float("nan")
 
-    def _member(self, i: int) -> torch.Tensor:
+    def _member(self, i: int, out: torch.Tensor) -> torch.Tensor:
         if i >= self.population:
-            return self.theta
+            return out.copy_(self.theta)
         sign = 1.0 if i % 2 == 0 else -1.0
-        return self.theta + (sign * self.sigma) * noise(int(self.seeds[i // 2]), self.dim)
+        return perturbed(self.theta, sign * self.sigma, int(self.seeds[i // 2]), out)
 
     def ask(self) -> Ask:
         """Pairs theta + sigma eps_k (even index), theta - sigma eps_k (odd), then the center."""
@@ -120,7 +122,7 @@ class Antithetic(Algorithm):
         if self.center_episodes:
             eps[-1] = self.center_episodes
         return Ask(
-            lambda idx: torch.stack([self._member(int(i)) for i in idx]),
+            lambda idx: rows(idx, self.dim, self._member),
             eps,
             self.env_seed(),
             obs_norm=self.obs_norm(),
@@ -145,9 +147,9 @@ class Antithetic(Algorithm):
 
     def weighted_noise(self, weights: np.ndarray, keep: np.ndarray | None = None) -> torch.Tensor:
         """sum_k weights[k] * eps_k over the pairs `keep` (default: all)."""
-        total = torch.zeros(self.dim)
+        total, eps = torch.zeros(self.dim), torch.empty(self.dim)
         for k in range(len(self.seeds)) if keep is None else keep:
-            total += float(weights[k]) * noise(int(self.seeds[k]), self.dim)
+            total += noise(int(self.seeds[k]), self.dim, eps).mul_(float(weights[k]))
         return total
 
     def best(self) -> torch.Tensor:

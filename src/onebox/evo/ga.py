@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from onebox.evo.core import Algorithm, Ask, Generation, check_set, noise
+from onebox.evo.core import Algorithm, Ask, Generation, check_set, noise, perturbed, rows
 from onebox.evo.evaluator import EvalResult
 
 Genome = tuple[int, ...]
@@ -90,17 +90,19 @@ class GA(Algorithm):
     def _seed(self) -> int:
         return int(self.rng.integers(2**31))
 
-    def weights(self, genome: Genome) -> torch.Tensor:
-        """A genome's weights: cached, one mutation from a cached parent, or rebuilt."""
-        if genome in self.cache:
-            return self.cache[genome]
+    def weights(self, genome: Genome, out: torch.Tensor | None = None) -> torch.Tensor:
+        """A genome's weights (written into `out` when given): cached, one mutation from a
+        cached parent, or rebuilt."""
         parent = genome[:-1]
-        if parent in self.cache:
-            return self.cache[parent] + self.p.sigma * noise(genome[-1], self.dim)
-        return rebuild(genome, self.init, self.p.sigma)
+        if genome not in self.cache and parent in self.cache:
+            out = torch.empty(self.dim) if out is None else out
+            return perturbed(self.cache[parent], self.p.sigma, genome[-1], out)
+        w = self.cache.get(genome)
+        w = rebuild(genome, self.init, self.p.sigma) if w is None else w
+        return w if out is None else out.copy_(w)
 
     def _source(self, genomes: list[Genome]) -> Callable[[np.ndarray], torch.Tensor]:
-        return lambda idx: torch.stack([self.weights(genomes[i]) for i in idx])
+        return lambda idx: rows(idx, self.dim, lambda i, row: self.weights(genomes[i], row))
 
     def ask(self) -> Ask:
         """The population, or (after it was told) the elite candidates."""

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from onebox.evo.core import Algorithm, Ask, Generation, check_set
+from onebox.evo.core import Algorithm, Ask, Generation, check_set, rows
 from onebox.evo.es import Antithetic, check_antithetic
 from onebox.evo.evaluator import EvalResult
 
@@ -94,7 +94,9 @@ class RandomSearch(Algorithm):
         """`population` fresh networks."""
         self.seeds = self.rng.integers(2**31, size=self.p.population)
         return Ask(
-            lambda idx: torch.stack([self.init(int(self.seeds[i])) for i in idx]),
+            lambda idx: rows(
+                idx, self.dim, lambda i, row: row.copy_(self.init(int(self.seeds[i])))
+            ),
             np.full(self.p.population, self.p.episodes, dtype=np.int64),
             self.env_seed(),
         )
