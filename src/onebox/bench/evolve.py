@@ -20,7 +20,7 @@ import itertools
 import os
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ import torch
 import onebox.envs
 from onebox.bench import common
 from onebox.evo.evaluator import EpisodeSeeds, PopulationEvaluator
-from onebox.nn.population import default_arch
+from onebox.nn.population import ConvImpl, PopulationNet, default_arch
 
 
 @dataclasses.dataclass
@@ -66,13 +66,18 @@ class EvolveBenchConfig:
     """Write the results into this markdown file (e.g. docs/benchmarks.md)."""
 
 
-def resolve(config: EvolveBenchConfig) -> EvolveBenchConfig:
-    """`config` with the defaults that depend on the env (architecture, sizes) filled in."""
-    probe = onebox.envs.make(config.env, num_envs=1, num_threads=1)
+def _spaces(env_id: str) -> tuple[Any, Any]:
+    """(observation space, action space) of one env of `env_id`."""
+    probe = onebox.envs.make(env_id, num_envs=1, num_threads=1)
     try:
-        arch = config.arch or default_arch(probe.single_observation_space)
+        return probe.single_observation_space, probe.single_action_space
     finally:
         probe.close()
+
+
+def resolve(config: EvolveBenchConfig) -> EvolveBenchConfig:
+    """`config` with the defaults that depend on the env (architecture, sizes) filled in."""
+    arch = config.arch or default_arch(_spaces(config.env)[0])
     cnn = arch == "cnn"
     return dataclasses.replace(
         config,
@@ -176,6 +181,24 @@ def _env_only(ev: PopulationEvaluator, seconds: float) -> float:
     for p in pools:
         p.recv()
     return timing.rate
+
+
+def forward_ms(config: EvolveBenchConfig, num_slots: int, conv: ConvImpl) -> float:
+    """Milliseconds per call of the population forward alone, `num_slots` random networks each on
+    its own random observation already on the device, actions fetched to the host (what the
+    evaluator's inference costs per group step, loading parameters aside)."""
+    obs_space, act_space = _spaces(config.env)
+    net = PopulationNet(config.arch or default_arch(obs_space), obs_space, act_space, num_slots,
+                        hidden=config.hidden, device=config.device, dtype=config.dtype,
+                        conv=conv)  # fmt: skip
+    net.set_slots(slice(None), torch.stack([net.init_params(i) for i in range(num_slots)]))
+    obs_space.seed(config.seed)
+    obs = torch.as_tensor(
+        np.stack([obs_space.sample() for _ in range(num_slots)]), device=net.device
+    )
+    every = slice(0, num_slots)
+    return 1e3 / common.measure(lambda k: [net.act(obs, every) for _ in range(k)], 1,
+                                config.seconds).rate  # fmt: skip
 
 
 def one_at_a_time_rate(config: EvolveBenchConfig) -> float:

@@ -344,8 +344,19 @@ def part_inference(config: GpuBenchConfig, device: torch.device, size: dict, _: 
 
 def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any) -> str:
     from onebox.bench import evolve
+    from onebox.nn.population import PopulationNet
 
     threads = config.env_threads
+    group = size["slots"] // 2  # networks per forward call: one slot group's
+    calls = []
+    for dtype in ("float32", "bfloat16"):
+        bench = evolve.EvolveBenchConfig(env=ENV, population=size["population"],
+                                         device=str(device), dtype=dtype,
+                                         seconds=size["seconds"])  # fmt: skip
+        auto = PopulationNet.conv_for(device, dtype)
+        ms = {conv: evolve.forward_ms(evolve.resolve(bench), group, conv)
+              for conv in ("grouped", "im2col")}  # fmt: skip
+        calls.append([dtype, f"{ms['grouped']:.2f} ms", f"{ms['im2col']:.2f} ms", auto])
     rows = []
     for dtype, seeds in (("float32", "pair"), ("float32", "env"), ("bfloat16", "env")):
         bench = evolve.resolve(evolve.EvolveBenchConfig(
@@ -374,7 +385,12 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         "(`onebox evolve --episode-seeds env`). Shares of the evaluator's time: inference (the "
         "networks' forward, loading parameters into slots), params (making the individuals' "
         "parameters on the CPU: here each a fresh random network).", "",
-        _table(header, rows),
+        _table(header, rows), "",
+        f"The population forward alone (`bench.evolve.forward_ms`): {group} networks (one slot "
+        "group) each on its own observation already on the device, actions fetched to the host; "
+        "conv layers as one grouped `conv2d` or as `unfold` + one `baddbmm` (im2col); auto: "
+        "what `PopulationNet(conv='auto')` picks here.", "",
+        _table(["precision", "grouped", "im2col", "auto"], calls),
     ])  # fmt: skip
 
 

@@ -157,10 +157,7 @@ class PopulationNet:
         self.dtype = DTYPES[dtype]
         if conv not in ("auto", "grouped", "im2col"):
             raise ValueError(f"conv must be 'auto', 'grouped' or 'im2col', got {conv!r}")
-        if conv == "auto":
-            low = self.dtype != torch.float32
-            conv = "im2col" if self.device.type == "cuda" and low else "grouped"
-        self.conv: ConvImpl = conv
+        self.conv: ConvImpl = self.conv_for(self.device, dtype) if conv == "auto" else conv
         self.layers: list[Layer] = _layers(arch, self.obs_shape, tuple(hidden), out)
         self.num_params = sum(math.prod(lay.weight) + math.prod(lay.bias) for lay in self.layers)
         self.weights = [
@@ -189,6 +186,11 @@ class PopulationNet:
                     f"dtype={dtype!r} does not run on {self.device} with this torch ({e}); "
                     "use float32 (or bfloat16)"
                 ) from e
+
+    @staticmethod
+    def conv_for(device: torch.device, dtype: DType) -> ConvImpl:
+        """What `conv="auto"` picks: im2col for bfloat16 and float16 on CUDA, else grouped."""
+        return "im2col" if device.type == "cuda" and dtype != "float32" else "grouped"
 
     # ---- parameters ---------------------------------------------------------------------------
 
