@@ -40,7 +40,9 @@ EpisodeSeeds = Literal["pair", "env"]
 
 ParamSource = torch.Tensor | Callable[[np.ndarray], torch.Tensor]
 """Individuals' flat parameters: an (N, num_params) tensor, or a function from individual indices
-to their (n, num_params) rows (so a large population need not be held in memory at once)."""
+to their (n, num_params) rows (so a large population need not be held in memory at once). The
+slot groups call it from helper threads, one individual at a time, in their queue order, ahead of
+the slots (`onebox.evo.prefetch`): it must be safe to call from two threads at once."""
 
 
 @dataclass

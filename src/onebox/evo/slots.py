@@ -6,7 +6,8 @@ How it runs:
 - Each slot plays one episode of one individual. Each step only the running slots' networks are
   computed: running slots are kept a prefix of the group's slots, so the networks read the stacked
   parameters in place. When an episode ends its slot is refilled at once with the next
-  (individual, episode) pair from the queue (the individual's parameters are copied into the slot);
+  (individual, episode) pair from the queue (the individual's parameters, made ahead on a helper
+  thread by `onebox.evo.prefetch`, are copied into the slot);
   with the queue empty, the last running slot moves into the hole.
 - Determinism: pair j (individual-major order) always plays in an env reset with seed
   `seed + j`, whatever K, the thread count or the timing (`pair_seeds`; without it, Atari only,
@@ -46,6 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from onebox.evo.prefetch import Prefetch
 from onebox.nn.accel import Staging, inherit_torch_threads
 from onebox.nn.population import PopulationNet
 from onebox.run import TimeSplit
@@ -76,6 +78,7 @@ class SlotGroup:
         # each just reset, its first observation in first_obs)
         self.timing = TimeSplit()  # this group's env and inference seconds (it may run in a thread)
         self.staging = Staging(device)  # on CUDA: pinned buffers, non-blocking copies
+        self.prefetch: Prefetch  # this play's parameter rows, in `pairs` order
 
 
 class SlotPlayer:
@@ -116,12 +119,18 @@ class SlotPlayer:
         for k, g in enumerate(groups):
             g.pairs = np.arange(k, num_pairs, len(groups), dtype=np.int64)
             g.round_start = g.next = 0
-        if self._resets:
-            self._play_threads(groups)
-            return
-        running = [g for g in groups if self._start_round(g)]
-        while running:
-            running = [g for g in running if self._step(g)]
+            g.prefetch = Prefetch(self._params, self._owner[g.pairs], g.size,
+                                  4 * self.net.num_params, f"onebox-params-{k}")  # fmt: skip
+        try:
+            if self._resets:
+                self._play_threads(groups)
+                return
+            running = [g for g in groups if self._start_round(g)]
+            while running:
+                running = [g for g in running if self._step(g)]
+        finally:
+            for g in groups:
+                g.prefetch.close()
 
     # ---- rounds (native and process pools) ----------------------------------------------------
 
@@ -319,8 +328,8 @@ class SlotPlayer:
         g.env_slot[envs] = new
         g.ret[new] = 0.0
         g.len[new] = 0
-        with g.timing("params"):  # the individuals' parameters, made by the caller's function
-            flat = self._params(self._owner[pairs])
+        with g.timing("params"):  # waiting for rows the prefetcher has not made yet
+            flat = g.prefetch.take(take)
         with g.timing("inference"):
             self.net.set_slots(torch.from_numpy(new + g.lo), flat)
 
