@@ -44,9 +44,11 @@ def test_dueling_aggregation() -> None:
     assert torch.allclose(q.mean(-1), net.value_head(x).squeeze(-1), atol=1e-6)  # mean Q = V
 
 
-def test_update_uses_the_buffers_n_step_returns_and_discounts() -> None:
+@pytest.mark.parametrize("loss", ["mse", "huber"])
+def test_update_uses_the_buffers_n_step_returns_and_discounts(loss: str) -> None:
     """3-step returns with gamma 0.9: R = 1 + 0.9 * 2 + 0.81 * 3, d = 0.729; the loss of one
-    update is the mean of (Q(s, a) - R - d * max Q_target(s'))^2 before the step."""
+    update is the mean of l(Q(s, a) - R - d * max Q_target(s')) before the step, with l(e) = e^2
+    (mse) or, huber, e^2 / 2 where |e| <= 1 and |e| - 1/2 beyond."""
     obs_space, act_space = spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(2)
     buf = ReplayBuffer(16, (2,), np.float32, (), np.int64, 1, n_step=3, gamma=0.9)
     states = np.arange(8, dtype=np.float32).reshape(4, 1, 2) / 10
@@ -61,7 +63,8 @@ def test_update_uses_the_buffers_n_step_returns_and_discounts() -> None:
         "Envs", (), {"single_observation_space": obs_space, "single_action_space": act_space}
     )
     config = dataclasses.replace(dqn.Config(), total_steps=100, learning_rate=1e-3, end_e=0.05,
-                                 exploration_fraction=0.5, target_network_frequency=10)  # fmt: skip
+                                 exploration_fraction=0.5, target_network_frequency=10,
+                                 loss=loss)  # fmt: skip
     torch.manual_seed(0)
     agent = dqn.Agent(config, envs, torch.device("cpu"))
     with torch.no_grad():
@@ -71,10 +74,33 @@ def test_update_uses_the_buffers_n_step_returns_and_discounts() -> None:
             + 0.729 * agent.target(torch.as_tensor(batch.next_obs)).max(-1).values
         )
     stats, priorities = agent.update(batch, step=1)
-    assert stats["losses/td_loss"] == pytest.approx(
-        float(((q.squeeze(1) - y) ** 2).mean()), rel=1e-5
-    )
+    e = (q.squeeze(1) - y).abs()
+    assert loss == "mse" or bool((e > 1).any())  # huber: some errors on its linear part
+    per = e**2 if loss == "mse" else torch.where(e <= 1, e**2 / 2, e - 0.5)
+    assert stats["losses/td_loss"] == pytest.approx(float(per.mean()), rel=1e-5)
     assert priorities is None
+
+
+def test_the_minatar_papers_optimizer() -> None:
+    """`--optimizer rmsprop`: centered RMSProp, momentum 0.95, squared-gradient momentum 0.95,
+    eps (minimum squared gradient) 0.01, at the learning rate asked for."""
+    envs = type("Envs", (), {"single_observation_space": spaces.Box(-1, 1, (2,), np.float32),
+                             "single_action_space": spaces.Discrete(2)})  # fmt: skip
+    config = dataclasses.replace(dqn.Config(), total_steps=100, learning_rate=2.5e-4,
+                                 end_e=0.1, exploration_fraction=0.5, optimizer="rmsprop")  # fmt: skip
+    opt = dqn.Agent(config, envs, torch.device("cpu")).optimizer
+    assert isinstance(opt, torch.optim.RMSprop)
+    group = opt.param_groups[0]
+    assert (group["lr"], group["alpha"], group["eps"], group["momentum"], group["centered"]) == (
+        2.5e-4,
+        0.95,
+        0.01,
+        0.95,
+        True,
+    )
+    assert len(group["params"]) == len(
+        list(dqn.Agent(config, envs, torch.device("cpu")).q.parameters())
+    )
 
 
 @pytest.mark.slow
@@ -135,6 +161,7 @@ def test_atari_run_stores_single_frames(tmp_path: Path) -> None:
         (["--n-step", "0"], "--n-step must be positive"),
         (["--tau", "0"], "--tau must be in (0, 1]"),
         (["--learning-rat", "0.1"], "learning-rat"),
+        (["--loss", "l1"], "l1"),
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message) -> None:

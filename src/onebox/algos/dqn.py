@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from onebox import run
@@ -54,7 +55,13 @@ class Config(TorchConfig, AccelFields):
     num_envs: int = 1
     """Envs stepped in parallel (each vector step adds num_envs transitions)."""
     learning_rate: float | None = None
-    """Adam learning rate (preset: 2.5e-4 classic, 1e-4 Atari)."""
+    """Learning rate (preset: 2.5e-4 classic, 1e-4 Atari)."""
+    optimizer: Literal["adam", "rmsprop"] = "adam"
+    """adam (as CleanRL), or rmsprop: the MinAtar paper's centered RMSProp (gradient momentum
+    0.95, squared-gradient momentum 0.95, minimum squared gradient 0.01)."""
+    loss: Literal["mse", "huber"] = "mse"
+    """The TD errors' loss: mse (squared error, as CleanRL) or huber (squared within 1, linear
+    beyond: the DQN papers')."""
     gamma: float = 0.99
     """Discount factor."""
     buffer_size: int | None = None
@@ -117,7 +124,8 @@ package's examples/dqn.py): 5M frames, replay 100k, batch 32, step size 2.5e-4, 
 every 1000 steps, epsilon 1 -> 0.1 over the first 100k frames (0.02 of 5M: with another
 --total-steps, set --exploration-fraction to keep 100k), replay start 5000, an update every
 frame, gamma 0.99. It differs from the paper in the optimizer (Adam here, centered RMSProp with
-momentum 0.95 there) and the loss (squared TD error here, Huber there)."""
+momentum 0.95 there) and the loss (squared TD error here, Huber there): `--optimizer rmsprop
+--loss huber` gives the paper's."""
 
 
 def resolve(config: Config) -> Config:
@@ -178,7 +186,14 @@ class Agent:
         self.policy = EpsilonGreedy(q, config.start_e, config.end_e, duration).to(device)
         self.q = self.policy.q
         self.target = copy.deepcopy(self.q).requires_grad_(False)
-        self.optimizer = adam(self.q.parameters(), config.learning_rate or 0.0, device)
+        lr = config.learning_rate or 0.0
+        self.optimizer: torch.optim.Optimizer
+        if config.optimizer == "rmsprop":
+            self.optimizer = torch.optim.RMSprop(
+                self.q.parameters(), lr=lr, alpha=0.95, eps=0.01, momentum=0.95, centered=True
+            )
+        else:
+            self.optimizer = adam(self.q.parameters(), lr, device)
         self.target_step = 0
         """The env step of the last target network update."""
 
@@ -198,7 +213,12 @@ class Agent:
     def update(self, batch: ReplayBatch, step: int) -> tuple[dict[str, float], torch.Tensor | None]:
         c = self.config
         td, q_taken = td_errors(self.q, self.target, batch, c.double, self.device)
-        loss = (self._tensor(batch.weights) * td.pow(2)).mean()
+        per = (
+            td.pow(2)
+            if c.loss == "mse"
+            else F.huber_loss(td, torch.zeros_like(td), reduction="none")
+        )
+        loss = (self._tensor(batch.weights) * per).mean()
         self.optimizer.zero_grad()
         loss.backward()
         if c.max_grad_norm is not None:
