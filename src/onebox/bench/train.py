@@ -45,6 +45,9 @@ class TrainBenchConfig(AccelFields):
     """APPO's actors (default: the preset's; 4 for Atari)."""
     envs_per_actor: int | None = None
     """APPO's envs per actor (default: the preset's; 8 for Atari)."""
+    process_actors: bool = False
+    """APPO's actors as processes (`onebox train appo --process-actors`) rather than threads of
+    the learner's process."""
     torch_threads: int | None = None
     """Torch CPU threads (default: the learner's choice)."""
     device: str = "auto"
@@ -69,7 +72,8 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
     if mode == "appo":
         module: Any = appo
         base: Any = appo.Config(env=config.env, total_steps=1, actors=config.actors,
-                                envs_per_actor=config.envs_per_actor)  # fmt: skip
+                                envs_per_actor=config.envs_per_actor,
+                                process_actors=config.process_actors)  # fmt: skip
         fields: dict[str, Any] = {}
     else:
         module = ppo
