@@ -82,8 +82,9 @@ def test_update_uses_the_buffers_n_step_returns_and_discounts(loss: str) -> None
 
 
 def test_the_minatar_papers_optimizer() -> None:
-    """`--optimizer rmsprop`: centered RMSProp, momentum 0.95, squared-gradient momentum 0.95,
-    eps (minimum squared gradient) 0.01, at the learning rate asked for."""
+    """`--optimizer rmsprop`: centered RMSProp as the MinAtar paper's code ran it: squared-gradient
+    momentum 0.95, eps (minimum squared gradient) 0.01, no momentum, at the learning rate asked
+    for."""
     envs = type("Envs", (), {"single_observation_space": spaces.Box(-1, 1, (2,), np.float32),
                              "single_action_space": spaces.Discrete(2)})  # fmt: skip
     config = dataclasses.replace(dqn.Config(), total_steps=100, learning_rate=2.5e-4,
@@ -95,7 +96,7 @@ def test_the_minatar_papers_optimizer() -> None:
         2.5e-4,
         0.95,
         0.01,
-        0.95,
+        0,
         True,
     )
     assert len(group["params"]) == len(

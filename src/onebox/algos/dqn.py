@@ -57,8 +57,9 @@ class Config(TorchConfig, AccelFields):
     learning_rate: float | None = None
     """Learning rate (preset: 2.5e-4 classic, 1e-4 Atari)."""
     optimizer: Literal["adam", "rmsprop"] = "adam"
-    """adam (as CleanRL), or rmsprop: the MinAtar paper's centered RMSProp (gradient momentum
-    0.95, squared-gradient momentum 0.95, minimum squared gradient 0.01)."""
+    """adam (as CleanRL), or rmsprop: the MinAtar paper's centered RMSProp, as its code ran it
+    (squared-gradient momentum 0.95, minimum squared gradient 0.01, no momentum: the paper lists
+    a gradient momentum of 0.95 that its code never passed to the optimizer)."""
     loss: Literal["mse", "huber"] = "mse"
     """The TD errors' loss: mse (squared error, as CleanRL) or huber (squared within 1, linear
     beyond: the DQN papers')."""
@@ -123,9 +124,9 @@ PRESETS = Presets(Config, {
 package's examples/dqn.py): 5M frames, replay 100k, batch 32, step size 2.5e-4, a target copy
 every 1000 steps, epsilon 1 -> 0.1 over the first 100k frames (0.02 of 5M: with another
 --total-steps, set --exploration-fraction to keep 100k), replay start 5000, an update every
-frame, gamma 0.99. It differs from the paper in the optimizer (Adam here, centered RMSProp with
-momentum 0.95 there) and the loss (squared TD error here, Huber there): `--optimizer rmsprop
---loss huber` gives the paper's."""
+frame, gamma 0.99. It differs from the paper in the optimizer (Adam here, centered RMSProp
+there) and the loss (squared TD error here, Huber there): `--optimizer rmsprop --loss huber`
+gives the paper's."""
 
 
 def resolve(config: Config) -> Config:
@@ -190,7 +191,7 @@ class Agent:
         self.optimizer: torch.optim.Optimizer
         if config.optimizer == "rmsprop":
             self.optimizer = torch.optim.RMSprop(
-                self.q.parameters(), lr=lr, alpha=0.95, eps=0.01, momentum=0.95, centered=True
+                self.q.parameters(), lr=lr, alpha=0.95, eps=0.01, centered=True
             )
         else:
             self.optimizer = adam(self.q.parameters(), lr, device)
