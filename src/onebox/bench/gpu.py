@@ -352,12 +352,12 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
     group = size["slots"] // 2  # networks per forward call: one slot group's
     calls = []
     for dtype in ("float32", "bfloat16"):
-        bench = evolve.EvolveBenchConfig(env=ENV, population=size["population"],
-                                         device=str(device), dtype=dtype,
-                                         seconds=size["seconds"])  # fmt: skip
+        bench = evolve.resolve(evolve.EvolveBenchConfig(
+            env=ENV, population=size["population"], device=str(device), dtype=dtype,
+            seconds=size["seconds"],
+        ))  # fmt: skip
         auto = PopulationNet.conv_for(device, dtype)
-        ms = {conv: evolve.forward_ms(evolve.resolve(bench), group, conv)
-              for conv in ("grouped", "im2col")}  # fmt: skip
+        ms = {conv: evolve.forward_ms(bench, group, conv) for conv in ("grouped", "im2col")}
         calls.append([dtype, f"{ms['grouped']:.2f} ms", f"{ms['im2col']:.2f} ms", auto])
     rows = []
     for dtype, seeds in (("float32", "pair"), ("float32", "env"), ("bfloat16", "env")):

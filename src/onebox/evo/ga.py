@@ -94,11 +94,13 @@ class GA(Algorithm):
         """A genome's weights (written into `out` when given): cached, one mutation from a
         cached parent, or rebuilt."""
         parent = genome[:-1]
-        if genome not in self.cache and parent in self.cache:
+        if genome in self.cache:
+            w = self.cache[genome]
+        elif parent in self.cache:
             out = torch.empty(self.dim) if out is None else out
             return perturbed(self.cache[parent], self.p.sigma, genome[-1], out)
-        w = self.cache.get(genome)
-        w = rebuild(genome, self.init, self.p.sigma) if w is None else w
+        else:
+            w = rebuild(genome, self.init, self.p.sigma)
         return w if out is None else out.copy_(w)
 
     def _source(self, genomes: list[Genome]) -> Callable[[np.ndarray], torch.Tensor]:
