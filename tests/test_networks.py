@@ -1,14 +1,17 @@
 """ActorCritic's LSTM core: replaying a sequence equals stepping it, episode starts zero the
-state, and feed-forward nets pass through the same interface."""
+state, and feed-forward nets pass through the same interface; QNetwork's two initializations."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from torch import nn
 
-from onebox.nn.networks import ActorCritic
+from onebox.nn.networks import ActorCritic, QNetwork
 
 VEC = spaces.Box(-1, 1, (4,), np.float32)
 
@@ -64,3 +67,29 @@ def test_recurrent_misuse_is_a_clear_error() -> None:
         net.unroll(torch.zeros(1, 2, 4), None, None)
     with pytest.raises(ValueError, match="lstm"):
         ActorCritic(VEC, spaces.Discrete(2), lstm=0)
+
+
+@pytest.mark.parametrize(
+    "obs_space", [VEC, spaces.Box(0, 1, (10, 10, 4), np.bool_)], ids=["mlp", "minatar"]
+)
+def test_q_network_initializations(obs_space: spaces.Box) -> None:
+    """`orthogonal`: orthogonal rows of norm sqrt(2), zero biases; `torch`: PyTorch's default,
+    weights and biases uniform within 1/sqrt(fan_in) and the biases not zero."""
+    torch.manual_seed(0)
+    nets = {
+        init: QNetwork(obs_space, spaces.Discrete(6), init=init) for init in ("orthogonal", "torch")
+    }
+    for init, net in nets.items():
+        layers = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+        assert len(layers) == 3
+        for layer in layers:
+            weight = layer.weight.detach().flatten(1)
+            fan_in = weight.shape[1]
+            if init == "orthogonal":
+                assert torch.count_nonzero(layer.bias) == 0
+                rows = weight if weight.shape[0] <= fan_in else weight.T
+                torch.testing.assert_close(rows @ rows.T, 2 * torch.eye(len(rows)))
+            else:
+                bound = 1 / math.sqrt(fan_in)
+                assert weight.abs().max() <= bound and layer.bias.abs().max() <= bound
+                assert torch.count_nonzero(layer.bias) == len(layer.bias)

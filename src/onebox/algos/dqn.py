@@ -39,7 +39,7 @@ from onebox import run
 from onebox.algos import offpolicy
 from onebox.algos.common import adam, check_positive, greedy_q_policy, resolve_env
 from onebox.nn.accel import AccelFields, check_accel
-from onebox.nn.networks import EpsilonGreedy, QNetwork
+from onebox.nn.networks import EpsilonGreedy, Init, QNetwork
 from onebox.replay import ReplayBatch
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets
@@ -100,6 +100,9 @@ class Config(TorchConfig, AccelFields):
     """Gradient norm clip (None: no clipping, as CleanRL)."""
     hidden: tuple[int, ...] = (120, 84)
     """Hidden layer widths of the MLP Q-network (vector observations)."""
+    init: Init = "torch"
+    """The Q-network's initialization: torch (PyTorch's default, as CleanRL's DQN and the MinAtar
+    paper's) or orthogonal (gain sqrt(2), zero biases, as PPO's and PQN's)."""
     num_threads: int | None = None
     """Env pool threads (default: physical cores)."""
     save_replay: bool = False
@@ -182,7 +185,7 @@ class Agent:
         assert config.total_steps is not None and config.exploration_fraction is not None
         self.config, self.device = config, device
         q = QNetwork(envs.single_observation_space, envs.single_action_space, config.hidden,
-                     dueling=config.dueling)  # fmt: skip
+                     dueling=config.dueling, init=config.init)  # fmt: skip
         duration = config.exploration_fraction * config.total_steps
         self.policy = EpsilonGreedy(q, config.start_e, config.end_e, duration).to(device)
         self.q = self.policy.q

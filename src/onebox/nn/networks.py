@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Literal
 
 import numpy as np
 import torch
@@ -37,6 +38,21 @@ def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -
     nn.init.orthogonal_(layer.weight, std)
     nn.init.constant_(layer.bias, bias)
     return layer
+
+
+Init = Literal["orthogonal", "torch"]
+"""A network's initialization: `orthogonal` (`layer_init`: gain sqrt(2), zero biases, as CleanRL's
+PPO and PQN) or `torch` (PyTorch's own default for each layer, as CleanRL's DQN and the MinAtar
+paper's DQN)."""
+
+
+def torch_init(net: nn.Module) -> nn.Module:
+    """Give every convolution and linear layer of `net` PyTorch's default initialization again
+    (uniform weights and biases scaled by the fan-in), undoing `layer_init`."""
+    for layer in net.modules():
+        if isinstance(layer, (nn.Linear, nn.Conv2d)):
+            layer.reset_parameters()
+    return net
 
 
 class NatureCNN(nn.Module):
@@ -344,8 +360,9 @@ class ActorCritic(nn.Module):
 
 class QNetwork(nn.Module):
     """Q-values of every action for `Discrete` actions: a trunk (the Nature CNN for images, the
-    MinAtar CNN for MinAtar's grids, a ReLU MLP for vectors), optionally with layer norm (PQN), and a linear head; with `dueling` the head
-    is a value and an advantage stream, Q = V + A - mean(A) (Wang et al. 2016)."""
+    MinAtar CNN for MinAtar's grids, a ReLU MLP for vectors), optionally with layer norm (PQN),
+    and a linear head; with `dueling` the head is a value and an advantage stream,
+    Q = V + A - mean(A) (Wang et al. 2016). `init` picks the initialization (`Init`)."""
 
     def __init__(
         self,
@@ -354,6 +371,7 @@ class QNetwork(nn.Module):
         hidden: tuple[int, ...] = (120, 84),
         dueling: bool = False,
         layer_norm: bool = False,
+        init: Init = "orthogonal",
     ) -> None:
         super().__init__()
         self.check_spaces(observation_space, action_space)
@@ -371,6 +389,8 @@ class QNetwork(nn.Module):
         self.head = layer_init(nn.Linear(features, self.num_actions))
         """Q-values, or with `dueling` the advantages."""
         self.value_head = layer_init(nn.Linear(features, 1)) if dueling else None
+        if init == "torch":
+            torch_init(self)
 
     @staticmethod
     def check_spaces(observation_space: spaces.Space, action_space: spaces.Space) -> None:
