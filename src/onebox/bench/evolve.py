@@ -116,7 +116,7 @@ def _population_frames(ev: PopulationEvaluator, config: EvolveBenchConfig, warmu
     gen = np.random.default_rng(config.seed)
 
     def params(idx: np.ndarray) -> torch.Tensor:
-        return torch.stack([ev.net.init_params(base + int(i)) for i in idx])
+        return torch.stack([ev.net.init_params(base + int(i), ev.net.device) for i in idx])
 
     episodes = np.ones(config.population or 0, dtype=np.int64)
     ev.evaluate(params, episodes[:warmup], seed=1)
@@ -191,7 +191,9 @@ def forward_ms(config: EvolveBenchConfig, num_slots: int, conv: ConvImpl) -> flo
     net = PopulationNet(config.arch or default_arch(obs_space), obs_space, act_space, num_slots,
                         hidden=config.hidden, device=config.device, dtype=config.dtype,
                         conv=conv)  # fmt: skip
-    net.set_slots(slice(None), torch.stack([net.init_params(i) for i in range(num_slots)]))
+    net.set_slots(
+        slice(None), torch.stack([net.init_params(i, net.device) for i in range(num_slots)])
+    )
     obs_space.seed(config.seed)
     obs = torch.as_tensor(
         np.stack([obs_space.sample() for _ in range(num_slots)]), device=net.device
@@ -211,7 +213,7 @@ def one_at_a_time_rate(config: EvolveBenchConfig) -> float:
             frames, i, t0 = 0, 0, time.perf_counter()
             one = slice(0, 1)
             while time.perf_counter() - t0 < config.seconds:
-                net.set_slots(one, net.init_params(config.seed + i).reshape(1, -1))
+                net.set_slots(one, net.init_params(config.seed + i, net.device).reshape(1, -1))
                 obs, _ = env.reset(seed=config.seed + i)
                 while True:
                     obs, _, term, trunc, _ = env.step(net.act(obs, one))

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from onebox.evo.evaluator import EvalResult, ParamSource
+from onebox.nn.noise import noise
 
 
 def check_set(params: Any) -> None:
@@ -37,23 +38,18 @@ def check_set(params: Any) -> None:
         )
 
 
-def noise(seed: int, dim: int, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The deterministic standard-normal vector (float32, CPU) of `seed`, written into `out`
-    (a float32 vector of `dim`) when given."""
-    gen = torch.Generator().manual_seed(int(seed))
-    return torch.randn(dim, generator=gen, out=out)
-
-
 def perturbed(center: torch.Tensor, scale: float, seed: int, out: torch.Tensor) -> torch.Tensor:
-    """`center + scale * noise(seed)`, bit for bit, made in `out` with no temporary vector (at a
-    Nature CNN's 1.7M parameters the temporaries cost as much as the noise itself)."""
-    return noise(seed, center.numel(), out).mul_(scale).add_(center)
+    """`center + scale * noise(seed)`, made in `out` (on `center`'s device) by one kernel from
+    the shared noise table, with no temporary vector."""
+    return torch.add(center, noise(seed, center.numel(), center.device), alpha=scale, out=out)
 
 
-def rows(idx: np.ndarray, dim: int, fill: Callable[[int, torch.Tensor], object]) -> torch.Tensor:
-    """A (len(idx), dim) float32 tensor whose row r `fill(idx[r], row)` writes: an `Ask`'s
-    parameter function, with no per-individual vector stacked afterwards."""
-    out = torch.empty(len(idx), dim)
+def rows(
+    idx: np.ndarray, dim: int, fill: Callable[[int, torch.Tensor], object], device: torch.device
+) -> torch.Tensor:
+    """A (len(idx), dim) float32 tensor on `device` whose row r `fill(idx[r], row)` writes: an
+    `Ask`'s parameter function, with no per-individual vector stacked afterwards."""
+    out = torch.empty(len(idx), dim, device=device)
     for i, row in zip(idx, out, strict=True):
         fill(int(i), row)
     return out
@@ -132,10 +128,17 @@ class RunningNorm:
 class Adam:
     """Adam on a flat parameter vector (ascent steps are the caller's sign)."""
 
-    def __init__(self, dim: int, lr: float, beta1: float = 0.9, beta2: float = 0.999) -> None:
+    def __init__(
+        self,
+        dim: int,
+        lr: float,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.lr, self.beta1, self.beta2 = lr, beta1, beta2
-        self.m = torch.zeros(dim, dtype=torch.float32)
-        self.v = torch.zeros(dim, dtype=torch.float32)
+        self.m = torch.zeros(dim, dtype=torch.float32, device=device)
+        self.v = torch.zeros(dim, dtype=torch.float32, device=device)
         self.t = 0
 
     def step(self, grad: torch.Tensor) -> torch.Tensor:
@@ -147,20 +150,24 @@ class Adam:
         return a * self.m / (self.v.sqrt() + 1e-8)
 
     def state_dict(self) -> dict[str, Any]:
-        """Moments and step count, for checkpoints."""
-        return {"m": self.m.clone(), "v": self.v.clone(), "t": self.t}
+        """Moments and step count, for checkpoints (on the CPU)."""
+        return {"m": self.m.cpu().clone(), "v": self.v.cpu().clone(), "t": self.t}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore `state_dict()`."""
-        self.m, self.v, self.t = state["m"].clone(), state["v"].clone(), int(state["t"])
+        """Restore `state_dict()`, on the moments' device."""
+        device = self.m.device
+        self.m, self.v = state["m"].to(device, copy=True), state["v"].to(device, copy=True)
+        self.t = int(state["t"])
 
 
 class Algorithm(abc.ABC):
-    """Ask/tell neuroevolution over flat parameter vectors of `dim` numbers."""
+    """Ask/tell neuroevolution over flat parameter vectors of `dim` numbers, made on `device`
+    (the evaluator's: no parameters cross from the host); checkpoints hold CPU tensors."""
 
-    def __init__(self, dim: int, init: Any, seed: int) -> None:
+    def __init__(self, dim: int, init: Any, seed: int, device: torch.device | str = "cpu") -> None:
         self.dim = dim
-        self.init = init  # seed -> a fresh individual's flat parameters
+        self.init = init  # seed -> a fresh individual's flat parameters, on `device`
+        self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
         self.generation = 0
 
@@ -178,7 +185,7 @@ class Algorithm(abc.ABC):
 
     @abc.abstractmethod
     def best(self) -> torch.Tensor:
-        """The current solution's flat parameters."""
+        """The current solution's flat parameters (on `device`)."""
 
     def obs_norm(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The observation normalization the solution runs with, or None."""

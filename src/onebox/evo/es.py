@@ -1,7 +1,7 @@
 """OpenAI-style evolution strategies (Salimans et al., arXiv 1703.03864).
 
-A center `theta` is perturbed by antithetic pairs `theta +- sigma * eps_k` (eps_k from seeds, so
-only seeds travel); returns are turned into centered ranks; the gradient estimate
+A center `theta` is perturbed by antithetic pairs `theta +- sigma * eps_k` (eps_k from seeds:
+slices of the shared noise table, `onebox.nn.noise`, so only seeds travel); returns are turned into centered ranks; the gradient estimate
 `sum_k (r+_k - r-_k) eps_k / P` drives Adam with weight decay. Observations are normalized with
 running statistics gathered during evaluation. The center itself plays `center_episodes` episodes
 each generation: its mean return is the reported score.
@@ -25,7 +25,6 @@ from onebox.evo.core import (
     RunningNorm,
     centered_ranks,
     check_set,
-    noise,
     perturbed,
     rows,
 )
@@ -96,10 +95,11 @@ class Antithetic(Algorithm):
         params: AntitheticParams,
         seed: int,
         obs_shape: tuple[int, ...] | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         """`obs_shape`: the observations' shape, to normalize them (with `params.obs_norm`)."""
         params.check()
-        super().__init__(dim, init, seed)
+        super().__init__(dim, init, seed, device)
         self.p = params
         self.population, self.sigma = int(params.population), float(params.sigma)
         self.episodes, self.center_episodes = int(params.episodes), int(params.center_episodes)
@@ -122,7 +122,7 @@ class Antithetic(Algorithm):
         if self.center_episodes:
             eps[-1] = self.center_episodes
         return Ask(
-            lambda idx: rows(idx, self.dim, self._member),
+            lambda idx: rows(idx, self.dim, self._member, self.device),
             eps,
             self.env_seed(),
             obs_norm=self.obs_norm(),
@@ -147,9 +147,9 @@ class Antithetic(Algorithm):
 
     def weighted_noise(self, weights: np.ndarray, keep: np.ndarray | None = None) -> torch.Tensor:
         """sum_k weights[k] * eps_k over the pairs `keep` (default: all)."""
-        total, eps = torch.zeros(self.dim), torch.empty(self.dim)
+        total = torch.zeros(self.dim, device=self.device)
         for k in range(len(self.seeds)) if keep is None else keep:
-            total += noise(int(self.seeds[k]), self.dim, eps).mul_(float(weights[k]))
+            perturbed(total, float(weights[k]), int(self.seeds[k]), total)
         return total
 
     def best(self) -> torch.Tensor:
@@ -163,14 +163,14 @@ class Antithetic(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         """Center, normalizer, pending seeds and RNG."""
         state = super().state_dict()
-        state.update(theta=self.theta.clone(), seeds=self.seeds.copy(), score=self.score)
+        state.update(theta=self.theta.cpu().clone(), seeds=self.seeds.copy(), score=self.score)
         state["norm"] = self.norm.state_dict() if self.norm is not None else None
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()`."""
         super().load_state_dict(state)
-        self.theta = state["theta"].clone()
+        self.theta = state["theta"].to(self.device, copy=True)
         self.seeds = np.asarray(state["seeds"])
         self.score = float(state["score"])
         if self.norm is not None:
@@ -189,9 +189,10 @@ class ES(Antithetic):
         params: ESParams,
         seed: int,
         obs_shape: tuple[int, ...] | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
-        super().__init__(dim, init, params, seed, obs_shape)
-        self.adam = Adam(dim, params.lr)
+        super().__init__(dim, init, params, seed, obs_shape, device)
+        self.adam = Adam(dim, params.lr, device=self.device)
 
     def update(self, plus: np.ndarray, minus: np.ndarray) -> dict[str, float]:
         """One Adam step along the rank-weighted noise."""

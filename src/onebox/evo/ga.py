@@ -7,8 +7,9 @@ then P - 1 children are made, each a uniformly chosen parent plus `sigma` times 
 
 A genome is a list of seeds: the initial seed, then one seed per mutation. Its weights are
 `init(seeds[0]) + sigma * noise(seeds[1]) + sigma * noise(seeds[2]) + ...`, added in that order in
-float32, so they can be rebuilt bit for bit from the seeds (`rebuild`). Parents' weights are
-cached, so a child costs one noise vector: `parent + sigma * noise(child_seed)`.
+float32, so they can be rebuilt bit for bit from the seeds (`rebuild`). Noise vectors are slices of
+the shared noise table (`onebox.nn.noise`, as Uber's GA). Parents' weights are cached on the
+evaluator's device, so a child costs one kernel there: `parent + sigma * noise(child_seed)`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from onebox.evo.core import Algorithm, Ask, Generation, check_set, noise, perturbed, rows
+from onebox.evo.core import Algorithm, Ask, Generation, check_set, perturbed, rows
 from onebox.evo.evaluator import EvalResult
 
 Genome = tuple[int, ...]
@@ -62,10 +63,10 @@ class GAParams:
 
 
 def rebuild(genome: Genome, init: Callable[[int], torch.Tensor], sigma: float) -> torch.Tensor:
-    """A genome's weights, from its seeds alone."""
+    """A genome's weights, from its seeds alone (on `init`'s device)."""
     theta = init(genome[0])
     for seed in genome[1:]:
-        theta = theta + sigma * noise(seed, theta.numel())
+        perturbed(theta, sigma, seed, theta)
     return theta
 
 
@@ -73,10 +74,15 @@ class GA(Algorithm):
     """Genetic algorithm over seed-list genomes; `init(seed)` makes a fresh individual."""
 
     def __init__(
-        self, dim: int, init: Callable[[int], torch.Tensor], params: GAParams, seed: int
+        self,
+        dim: int,
+        init: Callable[[int], torch.Tensor],
+        params: GAParams,
+        seed: int,
+        device: torch.device | str = "cpu",
     ) -> None:
         params.check()
-        super().__init__(dim, init, seed)
+        super().__init__(dim, init, seed, device)
         self.p = p = params
         self.genomes: list[Genome] = [(self._seed(),) for _ in range(p.population)]
         self.elite: Genome | None = None
@@ -97,14 +103,16 @@ class GA(Algorithm):
         if genome in self.cache:
             w = self.cache[genome]
         elif parent in self.cache:
-            out = torch.empty(self.dim) if out is None else out
+            out = torch.empty(self.dim, device=self.device) if out is None else out
             return perturbed(self.cache[parent], self.p.sigma, genome[-1], out)
         else:
             w = rebuild(genome, self.init, self.p.sigma)
         return w if out is None else out.copy_(w)
 
     def _source(self, genomes: list[Genome]) -> Callable[[np.ndarray], torch.Tensor]:
-        return lambda idx: rows(idx, self.dim, lambda i, row: self.weights(genomes[i], row))
+        return lambda idx: rows(
+            idx, self.dim, lambda i, row: self.weights(genomes[i], row), self.device
+        )
 
     def ask(self) -> Ask:
         """The population, or (after it was told) the elite candidates."""

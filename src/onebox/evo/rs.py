@@ -6,7 +6,8 @@ solution (its score is the mean return it got).
 `mode="ars"`: a center perturbed by antithetic directions `theta +- sigma * delta_k`; the top
 `top_directions` directions by max(r+, r-) move it by
 `lr / (b * sigma_R) * sum_k (r+_k - r-_k) delta_k`, with sigma_R the standard deviation of those
-2b returns (ARS V2-t), with running observation normalization.
+2b returns (ARS V2-t), with running observation normalization. A linear policy's center starts at
+zero, as the paper's (M_0 = 0); a network with hidden layers starts from a fresh network.
 """
 
 from __future__ import annotations
@@ -63,9 +64,23 @@ class RSParams:
 
 
 class ARS(Antithetic):
-    """Augmented random search (V2-t)."""
+    """Augmented random search (V2-t); `linear`: the policy is linear, its center starts at 0."""
 
     p: RSParams
+
+    def __init__(
+        self,
+        dim: int,
+        init: Callable[[int], torch.Tensor],
+        params: RSParams,
+        seed: int,
+        obs_shape: tuple[int, ...] | None = None,
+        device: torch.device | str = "cpu",
+        linear: bool = False,
+    ) -> None:
+        super().__init__(dim, init, params, seed, obs_shape, device)
+        if linear:
+            self.theta.zero_()
 
     def update(self, plus: np.ndarray, minus: np.ndarray) -> dict[str, float]:
         """Step along the top directions, scaled by the spread of their returns."""
@@ -81,10 +96,15 @@ class RandomSearch(Algorithm):
     """Samples fresh networks each generation and keeps the best seen."""
 
     def __init__(
-        self, dim: int, init: Callable[[int], torch.Tensor], params: RSParams, seed: int
+        self,
+        dim: int,
+        init: Callable[[int], torch.Tensor],
+        params: RSParams,
+        seed: int,
+        device: torch.device | str = "cpu",
     ) -> None:
         params.check()
-        super().__init__(dim, init, seed)
+        super().__init__(dim, init, seed, device)
         self.p = params
         self.seeds = np.zeros(0, dtype=np.int64)
         self.best_seed: int | None = None
@@ -95,7 +115,7 @@ class RandomSearch(Algorithm):
         self.seeds = self.rng.integers(2**31, size=self.p.population)
         return Ask(
             lambda idx: rows(
-                idx, self.dim, lambda i, row: row.copy_(self.init(int(self.seeds[i])))
+                idx, self.dim, lambda i, row: row.copy_(self.init(int(self.seeds[i]))), self.device
             ),
             np.full(self.p.population, self.p.episodes, dtype=np.int64),
             self.env_seed(),

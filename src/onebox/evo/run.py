@@ -173,16 +173,22 @@ def make_evaluator(config: AnyConfig) -> PopulationEvaluator:
 
 def make_algorithm(config: AnyConfig, evaluator: PopulationEvaluator) -> Algorithm:
     """The algorithm a config describes, over the evaluator's networks."""
-    dim, init = evaluator.num_params, evaluator.net.init_params
-    obs_shape = evaluator.net.obs_shape if evaluator.net.arch == "mlp" else None
+    net, dim = evaluator.net, evaluator.num_params
+    device = net.device  # parameters are made where the evaluator runs them
+
+    def init(seed: int) -> torch.Tensor:
+        return net.init_params(seed, device)
+
+    obs_shape = net.obs_shape if net.arch == "mlp" else None
     params = params_of(config)
     if isinstance(params, GAParams):
-        return GA(dim, init, params, config.seed)
+        return GA(dim, init, params, config.seed, device)
     if isinstance(params, ESParams):
-        return ES(dim, init, params, config.seed, obs_shape)
+        return ES(dim, init, params, config.seed, obs_shape, device)
     if params.mode == "ars":
-        return ARS(dim, init, params, config.seed, obs_shape)
-    return RandomSearch(dim, init, params, config.seed)
+        linear = net.arch == "mlp" and len(net.layers) == 1
+        return ARS(dim, init, params, config.seed, obs_shape, device, linear)
+    return RandomSearch(dim, init, params, config.seed, device)
 
 
 def step_generation(algo: Algorithm, evaluator: PopulationEvaluator) -> Generation:
@@ -311,7 +317,7 @@ def run(config: AnyConfig) -> int:
             step = population.step
 
         def checkpoint() -> dict[str, Any]:
-            return {"algo": algo.state_dict(), "best": algo.best().clone(),
+            return {"algo": algo.state_dict(), "best": algo.best().cpu().clone(),
                     "obs_norm": algo.obs_norm()}  # fmt: skip
 
         total = config.generations

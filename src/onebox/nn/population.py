@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
+from onebox.nn.noise import noise
+
 Arch = Literal["mlp", "cnn", "minatar"]
 DType = Literal["float32", "bfloat16", "float16"]
 ConvImpl = Literal["auto", "grouped", "im2col"]
@@ -160,6 +162,12 @@ class PopulationNet:
         self.conv: ConvImpl = self.conv_for(self.device, dtype) if conv == "auto" else conv
         self.layers: list[Layer] = _layers(arch, self.obs_shape, tuple(hidden), out)
         self.num_params = sum(math.prod(lay.weight) + math.prod(lay.bias) for lay in self.layers)
+        scales = []
+        for lay in self.layers:  # 1/sqrt(fan_in) on a layer's weights, 0 on its biases
+            fan_in = math.prod(lay.weight[1:]) if lay.kind == "conv" else lay.weight[0]
+            scales += [torch.full((math.prod(lay.weight),), fan_in**-0.5), torch.zeros(lay.bias)]
+        self._init_scales = {torch.device("cpu"): torch.cat(scales)}
+        """Per device: each parameter's standard deviation in a fresh individual."""
         self.weights = [
             torch.zeros((num_slots, *lay.weight), device=self.device, dtype=self.dtype)
             for lay in self.layers
@@ -194,16 +202,14 @@ class PopulationNet:
 
     # ---- parameters ---------------------------------------------------------------------------
 
-    def init_params(self, seed: int) -> torch.Tensor:
-        """A fresh individual from `seed`: weights N(0, 1/fan_in), zero biases (float32, CPU)."""
-        gen = torch.Generator().manual_seed(int(seed))
-        flat, off = torch.zeros(self.num_params), 0
-        for lay in self.layers:  # in place: no temporary per layer (a Nature CNN's are 6.7 MB)
-            fan_in = math.prod(lay.weight[1:]) if lay.kind == "conv" else lay.weight[0]
-            n = math.prod(lay.weight)
-            torch.randn(n, generator=gen, out=flat[off : off + n]).div_(math.sqrt(fan_in))
-            off += n + math.prod(lay.bias)
-        return flat
+    def init_params(self, seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """A fresh individual from `seed`: weights N(0, 1/fan_in), zero biases (float32, on
+        `device`): the noise table's vector of `seed` (`onebox.nn.noise`) times each weight's
+        scale, one kernel wherever it is made."""
+        device = torch.device(device)
+        if device not in self._init_scales:
+            self._init_scales[device] = self._init_scales[torch.device("cpu")].to(device)
+        return torch.mul(noise(seed, self.num_params, device), self._init_scales[device])
 
     def set_slots(self, slots: Slots, flat: torch.Tensor) -> None:
         """Load flat parameter vectors `flat` (n, num_params) into slots `slots` (n of them)."""
