@@ -104,6 +104,17 @@ def test_the_minatar_papers_optimizer() -> None:
     )
 
 
+def test_the_q_network_starts_as_cleanrls_and_the_papers() -> None:
+    """PyTorch's default initialization (non-zero biases; `--init orthogonal`: zero biases)."""
+    envs = type("Envs", (), {"single_observation_space": spaces.Box(-1, 1, (2,), np.float32),
+                             "single_action_space": spaces.Discrete(2)})  # fmt: skip
+    config = dataclasses.replace(dqn.Config(), total_steps=100, learning_rate=2.5e-4,
+                                 end_e=0.1, exploration_fraction=0.5)  # fmt: skip
+    for init, nonzero in (("torch", True), ("orthogonal", False)):
+        q = dqn.Agent(dataclasses.replace(config, init=init), envs, torch.device("cpu")).q
+        assert bool(q.head.bias.abs().sum() > 0) is nonzero
+
+
 @pytest.mark.slow
 def test_default_preset_solves_cartpole(tmp_path: Path) -> None:
     assert cli.main(["train", "dqn", "--env", "CartPole-v1", "--runs-dir", str(tmp_path),
