@@ -1,10 +1,11 @@
 """OpenAI-style evolution strategies (Salimans et al., arXiv 1703.03864).
 
 A center `theta` is perturbed by antithetic pairs `theta +- sigma * eps_k` (eps_k from seeds:
-slices of the shared noise table, `onebox.nn.noise`, so only seeds travel); returns are turned into centered ranks; the gradient estimate
-`sum_k (r+_k - r-_k) eps_k / P` drives Adam with weight decay. Observations are normalized with
-running statistics gathered during evaluation. The center itself plays `center_episodes` episodes
-each generation: its mean return is the reported score.
+slices of the shared noise table, `onebox.nn.noise`, so only seeds travel); returns are turned
+into centered ranks; the gradient estimate `sum_k (r+_k - r-_k) eps_k / P` drives Adam with
+weight decay. Observations are normalized with running statistics gathered during evaluation. The
+center itself plays `center_episodes` episodes each generation: its mean return is the reported
+score.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ class Antithetic(Algorithm):
         """sum_k weights[k] * eps_k over the pairs `keep` (default: all)."""
         total = torch.zeros(self.dim, device=self.device)
         for k in range(len(self.seeds)) if keep is None else keep:
-            perturbed(total, float(weights[k]), int(self.seeds[k]), total)
+            perturbed(total, float(weights[k]), int(self.seeds[k]), total)  # += w_k eps_k
         return total
 
     def best(self) -> torch.Tensor:
