@@ -127,9 +127,10 @@ PRESETS = Presets(Config, {
 package's examples/dqn.py): 5M frames, replay 100k, batch 32, step size 2.5e-4, a target copy
 every 1000 steps, epsilon 1 -> 0.1 over the first 100k frames (0.02 of 5M: with another
 --total-steps, set --exploration-fraction to keep 100k), replay start 5000, an update every
-frame, gamma 0.99. It differs from the paper in the optimizer (Adam here, centered RMSProp
-there) and the loss (squared TD error here, Huber there): `--optimizer rmsprop --loss huber`
-gives the paper's."""
+frame, gamma 0.99, PyTorch's default initialization. It differs from the paper in the optimizer
+(Adam here, centered RMSProp there) and the loss (squared TD error here, Huber there):
+`--optimizer rmsprop --loss huber` gives the paper's. The paper played the full action set of 6
+(`MinAtar/GAME-v0`; `-v1` is the minimal set)."""
 
 
 def resolve(config: Config) -> Config:
