@@ -174,6 +174,7 @@ def test_atari_run_stores_single_frames(tmp_path: Path) -> None:
         (["--tau", "0"], "--tau must be in (0, 1]"),
         (["--learning-rat", "0.1"], "learning-rat"),
         (["--loss", "l1"], "l1"),
+        (["--init", "xavier"], "xavier"),
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message) -> None:
