@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from onebox.replay import ReplayBuffer, SequenceReplay, mixed_priority
+from onebox.replay.nstep import NStepStaging
 from onebox.replay.sum_tree import SumTree
 
 
@@ -214,6 +215,29 @@ def test_adding_a_block_of_steps_equals_adding_them_one_by_one(n_step: int, fram
             else:
                 np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert len(block) == 30  # 3 envs of 10 slots: full, the FIFO wrapped
+
+
+@pytest.mark.parametrize("t_len", [1, 4])
+def test_one_step_transitions_equal_the_general_windows(t_len: int):
+    """n_step 1's own path (`_push_single`) emits what the general one (`_push_windows`) does
+    for the same blocks: the same transitions, in the same order, with the same fields, returns
+    and discounts, through terminations and truncations, for some envs of the staging."""
+    rng = np.random.default_rng(t_len)
+    fields = {"obs": ((2,), np.dtype(np.float32)), "action": ((), np.dtype(np.int64))}
+    staging = NStepStaging(5, 1, 0.9, fields)
+    envs = np.array([0, 2, 3])
+    for _ in range(20):
+        block = {"obs": rng.normal(size=(t_len, 3, 2)).astype(np.float32),
+                 "action": rng.integers(4, size=(t_len, 3))}  # fmt: skip
+        rewards = rng.normal(size=(t_len, 3))
+        term, trunc = rng.random((t_len, 3)) < 0.2, rng.random((t_len, 3)) < 0.2
+        fast = staging._push_single(block, rewards, term, envs)
+        windows = staging._push_windows(block, rewards, term, trunc, envs)
+        for name in ("envs", "rows", "steps", "returns", "discounts"):
+            np.testing.assert_array_equal(getattr(fast, name), getattr(windows, name), name)
+        for name in fields:
+            np.testing.assert_array_equal(fast.fields[name], windows.fields[name], name)
+        assert len(fast.envs) == 3 * t_len and not staging.count.any()
 
 
 def test_uniform_sampling_covers_every_transition():

@@ -76,8 +76,21 @@ class NStepStaging:
         starting at a position spans the steps up to the first episode end within n_step of
         them, and leaves once that span is known (it ends at an episode end, or spans n_step
         steps); the positions left over stay staged."""
-        n = self.n_step
         envs = self._envs if envs is None else envs
+        if self.n_step == 1:
+            return self._push_single(fields, rewards, terminated, envs)
+        return self._push_windows(fields, rewards, terminated, truncated, envs)
+
+    def _push_windows(
+        self,
+        fields: dict[str, np.ndarray],
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        envs: np.ndarray,
+    ) -> Emitted:
+        """`push` for any n_step: each position's window, one numpy pass per step of it."""
+        n = self.n_step
         t_len, rows = rewards.shape
         old, length = n - 1, n - 1 + t_len  # positions: up to n - 1 staged, then the block
         pos = np.arange(length)
@@ -126,6 +139,27 @@ class NStepStaging:
         self.rewards[envs[row], age] = rew[row, p]
         self.head[envs], self.count[envs] = 0, count
         return emitted
+
+    def _push_single(
+        self,
+        fields: dict[str, np.ndarray],
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        envs: np.ndarray,
+    ) -> Emitted:
+        """`push` for n_step 1, where every step is a whole transition and nothing is staged:
+        the windows' result without their passes (a DQN or SAC step of one env in about a fifth
+        of the time). Its return R = r, its discount gamma, 0 if it terminated."""
+        t_len, rows = rewards.shape
+        row, step = np.divmod(np.arange(rows * t_len), t_len)  # by env, then age
+
+        def by_env(x: np.ndarray) -> np.ndarray:
+            return x[0] if t_len == 1 else x.swapaxes(0, 1).reshape(rows * t_len, *x.shape[2:])
+
+        out = {name: by_env(value) for name, value in fields.items()}
+        returns = by_env(rewards).astype(np.float64)
+        discounts = np.where(by_env(terminated), 0.0, self.gamma)
+        return Emitted(envs[row], row, step, out, returns, discounts)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {
