@@ -1,9 +1,9 @@
-"""Read the MinAtar paper's DQN learning curves off its figure, at given frame budgets.
+"""Read the MinAtar paper's DQN and AC(0.8) learning curves off its figure, at given frame budgets.
 
 The figure is `img/learning_curves.gif` of the `minatar` repository (github.com/kenjyoung/MinAtar;
 the README's "Results"): for each game, the moving average of the last 100 training episodes'
-returns, the mean of 30 seeds, against frames (0 to 5M). This finds the DQN curve's pixels (its
-blue) in the column of each budget and maps their median row through the panel's axis ticks
+returns, the mean of 30 seeds, against frames (0 to 5M). This finds a curve's pixels (DQN's
+blue, AC(0.8)'s green) in the column of each budget and maps their median row through the panel's axis ticks
 (located once in the 3038 x 1629 image, below). Where a curve is steep the reading's error is its
 slope times about 0.01M frames (half a pixel column is 0.0036M).
 
@@ -17,8 +17,10 @@ import sys
 import numpy as np
 from PIL import Image
 
-DQN_BLUE = (1, 115, 178)
-"""The DQN curve's colour (matplotlib's colorblind palette blue)."""
+CURVES = {"DQN": (1, 115, 178), "AC(0.8)": (2, 158, 115)}
+"""Each curve's colour (matplotlib's colorblind palette: blue, green)."""
+NEAR = 4
+"""Columns either side to look in where another curve is drawn over this one (0.03M frames)."""
 PANELS = {
     "Seaquest": (614, 754, 624, 228, 20),
     "Breakout": (1569, 1708, 637, 286, 15),
@@ -30,23 +32,31 @@ PANELS = {
 the top tick's return."""
 
 
-def dqn_return(image: np.ndarray, game: str, millions: float) -> float:
-    """The DQN curve's value in `game`'s panel at `millions` M frames."""
+def curve_return(image: np.ndarray, curve: str, game: str, millions: float) -> float | None:
+    """The value of `curve` (a key of CURVES) in `game`'s panel at `millions` M frames, from the
+    nearest column within `NEAR` pixels that shows it; None where another curve covers it."""
     x0, x1, y0, y_top, top = PANELS[game]
-    blue = np.abs(image - np.array(DQN_BLUE)).sum(-1) < 60
-    rows = np.flatnonzero(blue[:, round(x0 + millions * (x1 - x0))])
-    rows = rows[(rows > y_top - 30) & (rows < y0 + 10)]  # this panel's plot area only
-    return float((y0 - np.median(rows)) / (y0 - y_top) * top)
+    colour = np.abs(image - np.array(CURVES[curve])).sum(-1) < 60
+    x = round(x0 + millions * (x1 - x0))
+    for dx in sorted(range(-NEAR, NEAR + 1), key=abs):
+        rows = np.flatnonzero(colour[:, min(x + dx, round(x0 + 5 * (x1 - x0)))])
+        top_edge = y_top - (y0 - y_top) / 4  # this panel's plot area only (above its top tick)
+        rows = rows[(rows > top_edge) & (rows < y0 + 10)]
+        if len(rows):
+            return float((y0 - np.median(rows)) / (y0 - y_top) * top)
+    return None
 
 
 def main() -> None:
     image = np.asarray(Image.open(sys.argv[1]).convert("RGB")).astype(int)
     budgets = [float(b) for b in sys.argv[2:]] or [1.0]
-    print("| game | " + " | ".join(f"{b}M frames" for b in budgets) + " |")
-    print("| --- |" + " --: |" * len(budgets))
+    print("| game | curve | " + " | ".join(f"{b}M frames" for b in budgets) + " |")
+    print("| --- | --- |" + " --: |" * len(budgets))
     for game in PANELS:
-        values = " | ".join(f"{dqn_return(image, game, b):.1f}" for b in budgets)
-        print(f"| {game} | {values} |")
+        for curve in CURVES:
+            read = [curve_return(image, curve, game, b) for b in budgets]
+            values = " | ".join("covered" if v is None else f"{v:.1f}" for v in read)
+            print(f"| {game} | {curve} | {values} |")
 
 
 if __name__ == "__main__":
