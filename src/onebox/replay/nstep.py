@@ -148,16 +148,16 @@ class NStepStaging:
         envs: np.ndarray,
     ) -> Emitted:
         """`push` for n_step 1, where every step is a whole transition and nothing is staged:
-        the windows' result without their passes (a DQN or SAC step of one env in about a fifth
-        of the time). Its return R = r, its discount gamma, 0 if it terminated."""
+        the windows' result without their passes (a MinAtar transition's `ReplayBuffer.add` in
+        about a fifth of the time). Its return R = r, its discount gamma, 0 if it terminated."""
         t_len, rows = rewards.shape
         row, step = np.divmod(np.arange(rows * t_len), t_len)  # by env, then age
 
-        def by_env(x: np.ndarray) -> np.ndarray:
-            return x[0] if t_len == 1 else x.swapaxes(0, 1).reshape(rows * t_len, *x.shape[2:])
+        def by_env(x: np.ndarray) -> np.ndarray:  # (T, rows, ...) -> (rows * T, ...)
+            return x.swapaxes(0, 1).reshape(rows * t_len, *x.shape[2:])
 
         out = {name: by_env(value) for name, value in fields.items()}
-        returns = by_env(rewards).astype(np.float64)
+        returns = by_env(rewards).astype(np.float64, copy=False)
         discounts = np.where(by_env(terminated), 0.0, self.gamma)
         return Emitted(envs[row], row, step, out, returns, discounts)
 
