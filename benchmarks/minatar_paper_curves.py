@@ -3,8 +3,8 @@
 The figure is `img/learning_curves.gif` of the `minatar` repository (github.com/kenjyoung/MinAtar;
 the README's "Results"): for each game, the moving average of the last 100 training episodes'
 returns, the mean of 30 seeds, against frames (0 to 5M). This finds a curve's pixels (DQN's
-blue, AC(0.8)'s green) in the column of each budget and maps their median row through the panel's axis ticks
-(located once in the 3038 x 1629 image, below). Where a curve is steep the reading's error is its
+blue, AC(0.8)'s green) in the column of each budget and maps their median row through the
+panel's axis ticks (located once in the 3038 x 1629 image, below). Where a curve is steep the reading's error is its
 slope times about 0.01M frames (half a pixel column is 0.0036M).
 
     python benchmarks/minatar_paper_curves.py PATH/TO/learning_curves.gif 0.3 0.5 1.0
@@ -37,10 +37,10 @@ def curve_return(image: np.ndarray, curve: str, game: str, millions: float) -> f
     nearest column within `NEAR` pixels that shows it; None where another curve covers it."""
     x0, x1, y0, y_top, top = PANELS[game]
     colour = np.abs(image - np.array(CURVES[curve])).sum(-1) < 60
-    x = round(x0 + millions * (x1 - x0))
+    x, x_end = round(x0 + millions * (x1 - x0)), round(x0 + 5 * (x1 - x0))
+    top_edge = y_top - (y0 - y_top) / 4  # this panel's plot area only (above its top tick)
     for dx in sorted(range(-NEAR, NEAR + 1), key=abs):
-        rows = np.flatnonzero(colour[:, min(x + dx, round(x0 + 5 * (x1 - x0)))])
-        top_edge = y_top - (y0 - y_top) / 4  # this panel's plot area only (above its top tick)
+        rows = np.flatnonzero(colour[:, min(x + dx, x_end)])
         rows = rows[(rows > top_edge) & (rows < y0 + 10)]
         if len(rows):
             return float((y0 - np.median(rows)) / (y0 - y_top) * top)

@@ -6,8 +6,8 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
 - envs: Pong-v5 env steps/s of the engine alone against EnvPool, same envs and threads.
 - train: PPO with the Atari preset (8 envs, sync; eager, then its inference call compiled, then
   compiled and double-buffered: two halves of 4 envs, one stepping while the other's actions are
-  inferred, CleanRL's hyperparameters kept), PPO with a throughput preset (double-buffered, 128 envs) in float32 and bf16, and APPO with its
-  Atari preset (4 actors of 8 envs) and with the same 128 envs (8 actors of 16), as threads and
+  inferred, CleanRL's hyperparameters kept), PPO with a throughput preset (double-buffered, 128
+  envs) in float32 and bf16, and APPO with its Atari preset (4 actors of 8 envs) and with the same 128 envs (8 actors of 16), as threads and
   as processes: SPS, the time split, and SPS as a share of the engine alone stepping the same
   envs with random actions (goal: >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads: float32
