@@ -6,8 +6,10 @@ one torch thread: onebox's `onebox train dqn` (its `minatar` preset) and MinAtar
 `examples/dqn.py` through `benchmarks/minatar_dqn_peer.py` (imported unmodified). Each run's rate
 is taken from its own per-episode log (onebox: metrics.csv; the peer: its CSV): the frames between
 the first episode end past `--skip` frames and the last, over the seconds between them, so that
-start-up and the update-free first 5,000 frames do not count. Rounds alternate which runs first;
-the median of each program's rounds is printed.
+start-up and the update-free first 5,000 frames do not count. Both anneal epsilon over the first
+100k frames as the paper does, so in a short run both still skip the greedy forward pass on the
+frames they explore. Rounds alternate which runs first; the median of each program's rounds is
+printed.
 
     python benchmarks/minatar_dqn_speed.py PATH/TO/examples/dqn.py --game breakout --rounds 3
 """
@@ -75,6 +77,8 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=10_000, help="frames before the window")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.rounds < 1 or not 5_000 <= args.skip < args.frames:
+        parser.error("needs --rounds >= 1 and 5000 <= --skip < --frames (updates start at 5000)")
     rates: dict[str, list[float]] = {"onebox": [], "MinAtar examples/dqn.py": []}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
