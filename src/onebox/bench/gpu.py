@@ -4,9 +4,9 @@ the CUDA tests, then this).
 Parts, in order (each reuses the benchmark of its own `onebox bench` command):
 
 - envs: Pong-v5 env steps/s of the engine alone against EnvPool, same envs and threads.
-- train: PPO with the Atari preset (8 envs, sync; eager, then its inference call compiled, then
-  compiled and double-buffered: two halves of 4 envs, one stepping while the other's actions are
-  inferred, CleanRL's hyperparameters kept), PPO with a throughput preset (double-buffered, 128
+- train: PPO with the Atari preset (8 envs, sync; eager, then its inference call compiled; the
+  preset double-buffered, two halves of 4 envs, ran slower than sync on an H200 and is left
+  out: docs/benchmarks.md, 2026-11-28), PPO with a throughput preset (double-buffered, 128
   envs) in float32 and bf16, and APPO with its Atari preset (4 actors of 8 envs) and with the same 128 envs (8 actors of 16), as threads and
   as processes: SPS, the time split, and SPS as a share of the engine alone stepping the same
   envs with random actions (goal: >= 60%).
@@ -272,7 +272,6 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
     shape = (actors, n // actors)
     runs = [("PPO, Atari preset", "sync", None, "float32", None, False, False),
             ("PPO, Atari preset, compiled", "sync", None, "float32", None, True, False),
-            ("PPO, Atari preset, compiled", "double", None, "float32", None, True, False),
             ("PPO, throughput", "double", n, "float32", None, False, False),
             ("PPO, throughput", "double", n, "bf16", None, False, False),
             ("APPO, Atari preset", "appo", None, "float32", None, False, False),
@@ -387,8 +386,9 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         "its own seeded reset, for which ALE reloads the ROM (fitnesses independent of K); "
         "`env`: one seeded reset per env per evaluation, the later episodes unseeded "
         "(`onebox evolve --episode-seeds env`). Shares of the evaluator's time: inference (the "
-        "networks' forward, loading parameters into slots), params (making the individuals' "
-        "parameters on the CPU: here each a fresh random network).", "",
+        "networks' forward, loading parameters into slots), params (waiting for the individuals' "
+        "parameters, made ahead on a helper thread: here each a fresh random network, a slice of "
+        "the shared noise table).", "",
         _table(header, rows), "",
         f"The population forward alone (`bench.evolve.forward_ms`): {group} networks (one slot "
         "group) each on its own observation already on the device, actions fetched to the host; "
