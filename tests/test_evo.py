@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -161,6 +162,22 @@ def test_fitness_is_the_same_whatever_slots_threads_and_rounds() -> None:
     for other in runs[1:]:
         for a, b in zip(runs[0], other, strict=True):
             assert np.array_equal(a, b)
+
+
+def test_the_time_split_adds_up_to_the_time_played() -> None:
+    """Native pools: one thread plays both groups, and its env, inference, params and other
+    seconds are disjoint parts of the call's wall time."""
+    with PopulationEvaluator("CartPole-v1", num_slots=4, num_threads=1) as ev:
+        params = _random_population(ev, 6)
+        ev.evaluate(params, 2, seed=3)  # makes the pools
+        ev.timing.reset()
+        t0 = time.perf_counter()
+        ev.evaluate(params, 2, seed=3)
+        wall = time.perf_counter() - t0
+    totals = ev.timing.totals()
+    assert {"env", "inference", "other"} <= totals.keys()
+    assert totals["other"] > 0 and min(totals.values()) >= 0
+    assert sum(totals.values()) <= wall
 
 
 def test_episode_cap_and_frame_counting() -> None:

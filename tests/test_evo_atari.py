@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import time
 from pathlib import Path
 
 import numpy as np
@@ -101,8 +102,12 @@ def test_atari_fitness_does_not_depend_on_slots_or_threads_and_equals_a_replay()
             "Asterix-v5", num_slots=slots, num_threads=threads, hidden=(16,), max_episode_steps=210
         ) as ev:
             params = torch.stack([ev.net.init_params(100 + i) for i in range(3)])
+            t0 = time.perf_counter()
             runs.append(ev.evaluate(params, 2, seed=5))
+            wall = time.perf_counter() - t0
             assert ev.frames == runs[-1].frames == 4 * runs[-1].lengths.sum()
+            totals = ev.timing.totals()  # each group's thread: parts of its own time
+            assert totals["other"] > 0 and sum(totals.values()) <= 2 * wall
     a, b = runs
     assert np.array_equal(a.returns, b.returns) and np.array_equal(a.lengths, b.lengths)
     assert len(set(a.returns.tolist())) > 1 and (a.lengths < 210).any() and a.lengths.max() == 210

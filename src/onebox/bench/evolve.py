@@ -141,7 +141,7 @@ def population_rate(
     config: EvolveBenchConfig, num_slots: int
 ) -> tuple[float, float, dict[str, float], int]:
     """(population frames/s, env-only frames/s with the same pools, the evaluator's time split
-    (shares of "env", "inference" and "params": making the individuals' parameters), parameters
+    (shares of "env", "inference", "params" and "other": see `PopulationEvaluator.timing`), parameters
     per network)."""
     with _evaluator(config, num_slots, config.num_threads) as ev:
         pop = _population_frames(ev, config, warmup=num_slots)
@@ -255,8 +255,9 @@ def run(config: EvolveBenchConfig) -> int:
         "population / one-at-a-time",
         "inference share",
         "params share",
+        "other share",
     ]
-    rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-", "-"]]
+    rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-", "-", "-"]]
     params = 0
     for k in config.num_slots:
         pop, env_only, split, params = population_rate(config, k)
@@ -269,13 +270,14 @@ def run(config: EvolveBenchConfig) -> int:
                 common.format_ratio(pop / single),
                 f"{100 * split.get('inference', 0.0):.0f}%",
                 f"{100 * split.get('params', 0.0):.0f}%",
+                f"{100 * split.get('other', 0.0):.0f}%",
             ]
         )
     rollout = rollout_rate(config)
     if rollout is not None:
         rows.append(
             ["native rollout", common.format_rate(rollout), "-", "-",
-             common.format_ratio(rollout / single), "-", "-"]
+             common.format_ratio(rollout / single), "-", "-", "-"]
         )  # fmt: skip
     title = (
         f"{config.env}: population {config.population} of {config.arch} "

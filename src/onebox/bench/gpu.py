@@ -373,10 +373,11 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
                      common.format_rate(alone),
                      f"{100 * share:.0f}%", f"{100 * split.get('inference', 0.0):.0f}%",
                      f"{100 * split.get('params', 0.0):.0f}%",
+                     f"{100 * split.get('other', 0.0):.0f}%",
                      "met" if share >= 0.9 else "missed"])  # fmt: skip
     header = ["precision", "episode seeds", "population frames/s",
-              "env-only frames/s",
-              "share", "inference share", "params share", "goal >= 90%"]  # fmt: skip
+              "env-only frames/s", "share", "inference share", "params share", "other share",
+              "goal >= 90%"]  # fmt: skip
     return "\n".join([
         f"## Evolution: {size['population']:,} Nature CNNs on {ENV}", "",
         f"`onebox bench evolve`: {size['slots']} slots in two groups, each with its own engine "
@@ -388,7 +389,8 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         "(`onebox evolve --episode-seeds env`). Shares of the evaluator's time: inference (the "
         "networks' forward, loading parameters into slots), params (waiting for the individuals' "
         "parameters, made ahead on a helper thread: here each a fresh random network, a slice of "
-        "the shared noise table).", "",
+        "the shared noise table), other (the rest of the group's loop: bookkeeping, copies, "
+        "waiting for the GIL); the env share is what is left.", "",
         _table(header, rows), "",
         f"The population forward alone (`bench.evolve.forward_ms`): {group} networks (one slot "
         "group) each on its own observation already on the device, actions fetched to the host; "

@@ -237,8 +237,9 @@ class PopulationEvaluator:
         self.frames = 0
         """Frames used by every `evaluate` call so far (the budget's counter)."""
         self.timing = TimeSplit()
-        """Seconds spent in the env engine ("env") and in the networks ("inference"), summed over
-        the slot groups (with Atari they run in two threads at once)."""
+        """Seconds in the env engine ("env"), the networks ("inference"), waiting for parameters
+        ("params") and the rest of the slot groups' loops ("other"), summed over the slot groups
+        (with Atari they run in two threads at once); the native rollouts count as "env"."""
 
     def _make(self, num_envs: int, batch_size: int, num_threads: int, cap: bool = True) -> Any:
         kwargs = dict(self.env_kwargs)

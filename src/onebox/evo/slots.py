@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,11 @@ from onebox.evo.prefetch import Prefetch
 from onebox.nn.accel import Staging, inherit_torch_threads
 from onebox.nn.population import PopulationNet
 from onebox.run import TimeSplit
+
+
+def _timed(g: SlotGroup) -> float:
+    """Seconds g's split has timed so far (its env, inference and params sections)."""
+    return sum(g.timing.totals().values())
 
 
 class SlotGroup:
@@ -76,7 +82,10 @@ class SlotGroup:
         self.running = 0  # slots [0, running) play episodes; the rest are free
         self.idle: list[int] = []  # resets: envs without a pair, for the next pairs (env seeds:
         # each just reset, its first observation in first_obs)
-        self.timing = TimeSplit()  # this group's env and inference seconds (it may run in a thread)
+        self.timing = TimeSplit()
+        """This group's seconds (it may run in a thread): in the env engine ("env"), the networks
+        ("inference"), waiting for parameters ("params") and the rest of its loop ("other":
+        bookkeeping, copies, waiting for the GIL), which add up to the time it played."""
         self.staging = Staging(device)  # on CUDA: pinned buffers, non-blocking copies
         self.prefetch: Prefetch  # this play's parameter rows, in `pairs` order
 
@@ -125,9 +134,14 @@ class SlotPlayer:
             if self._resets:
                 self._play_threads(groups)
                 return
-            running = [g for g in groups if self._start_round(g)]
-            while running:
-                running = [g for g in running if self._step(g)]
+            t0, timed = perf_counter(), sum(_timed(g) for g in groups)
+            try:
+                running = [g for g in groups if self._start_round(g)]
+                while running:
+                    running = [g for g in running if self._step(g)]
+            finally:  # one thread plays every group: its untimed time goes to the first's split
+                untimed = perf_counter() - t0 - (sum(_timed(g) for g in groups) - timed)
+                groups[0].timing.add("other", untimed)
         finally:
             for g in groups:
                 g.prefetch.close()
@@ -177,11 +191,14 @@ class SlotPlayer:
 
         def play(g: SlotGroup) -> None:
             inherit_torch_threads()
+            t0, timed = perf_counter(), _timed(g)
             try:
                 self._play(g, stop)
             except BaseException as e:
                 errors.append(e)
                 stop.set()
+            finally:
+                g.timing.add("other", perf_counter() - t0 - (_timed(g) - timed))
 
         threads = [
             threading.Thread(target=play, args=(g,), name=f"onebox-evaluator-{k}", daemon=True)
