@@ -55,7 +55,7 @@ from onebox.run import TimeSplit
 
 
 def _timed(g: SlotGroup) -> float:
-    """Seconds g's split has timed so far (its env, inference and params sections)."""
+    """Seconds in all of g's split's sections so far."""
     return sum(g.timing.totals().values())
 
 
