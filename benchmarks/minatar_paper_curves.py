@@ -4,8 +4,8 @@ The figure is `img/learning_curves.gif` of the `minatar` repository (github.com/
 the README's "Results"): for each game, the moving average of the last 100 training episodes'
 returns, the mean of 30 seeds, against frames (0 to 5M). This finds a curve's pixels (DQN's
 blue, AC(0.8)'s green) in the column of each budget and maps their median row through the
-panel's axis ticks (located once in the 3038 x 1629 image, below). Where a curve is steep the reading's error is its
-slope times about 0.01M frames (half a pixel column is 0.0036M).
+panel's axis ticks (located once in the 3038 x 1629 image, below). Where a curve is steep the
+reading's error is its slope times about 0.01M frames (half a pixel column is 0.0036M).
 
     python benchmarks/minatar_paper_curves.py PATH/TO/learning_curves.gif 0.3 0.5 1.0
 """

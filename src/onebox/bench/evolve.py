@@ -141,8 +141,8 @@ def population_rate(
     config: EvolveBenchConfig, num_slots: int
 ) -> tuple[float, float, dict[str, float], int]:
     """(population frames/s, env-only frames/s with the same pools, the evaluator's time split
-    (shares of "env", "inference", "params" and "other": see `PopulationEvaluator.timing`), parameters
-    per network)."""
+    (shares of "env", "inference", "params" and "other": see `PopulationEvaluator.timing`),
+    parameters per network)."""
     with _evaluator(config, num_slots, config.num_threads) as ev:
         pop = _population_frames(ev, config, warmup=num_slots)
         split = ev.timing.fractions()

@@ -7,9 +7,9 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
 - train: PPO with the Atari preset (8 envs, sync; eager, then its inference call compiled; the
   preset double-buffered, two halves of 4 envs, ran slower than sync on an H200 and is left
   out: docs/benchmarks.md, 2026-11-28), PPO with a throughput preset (double-buffered, 128
-  envs) in float32 and bf16, and APPO with its Atari preset (4 actors of 8 envs) and with the same 128 envs (8 actors of 16), as threads and
-  as processes: SPS, the time split, and SPS as a share of the engine alone stepping the same
-  envs with random actions (goal: >= 60%).
+  envs) in float32 and bf16, and APPO with its Atari preset (4 actors of 8 envs) and with the
+  same 128 envs (8 actors of 16), as threads and as processes: SPS, the time split, and SPS as
+  a share of the engine alone stepping the same envs with random actions (goal: >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads: float32
   with a seeded reset per episode, then with a seeded reset per env per evaluation
   (`--episode-seeds env`) in float32 and bfloat16, population frames/s against the same pools

@@ -40,8 +40,9 @@ The envs are driven in one of two ways, by backend:
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any
 
@@ -54,9 +55,19 @@ from onebox.nn.population import PopulationNet
 from onebox.run import TimeSplit
 
 
-def _timed(g: SlotGroup) -> float:
-    """Seconds in all of g's split's sections so far."""
-    return sum(g.timing.totals().values())
+@contextlib.contextmanager
+def _rest_as_other(into: SlotGroup, groups: list[SlotGroup]) -> Iterator[None]:
+    """Add to `into`'s split, as "other", the block's wall time that none of `groups`' sections
+    timed (the groups played in this thread)."""
+
+    def timed() -> float:
+        return sum(sum(g.timing.totals().values()) for g in groups)
+
+    t0, before = perf_counter(), timed()
+    try:
+        yield
+    finally:
+        into.timing.add("other", perf_counter() - t0 - (timed() - before))
 
 
 class SlotGroup:
@@ -134,14 +145,10 @@ class SlotPlayer:
             if self._resets:
                 self._play_threads(groups)
                 return
-            t0, timed = perf_counter(), sum(_timed(g) for g in groups)
-            try:
+            with _rest_as_other(groups[0], groups):  # one thread plays every group
                 running = [g for g in groups if self._start_round(g)]
                 while running:
                     running = [g for g in running if self._step(g)]
-            finally:  # one thread plays every group: its untimed time goes to the first's split
-                untimed = perf_counter() - t0 - (sum(_timed(g) for g in groups) - timed)
-                groups[0].timing.add("other", untimed)
         finally:
             for g in groups:
                 g.prefetch.close()
@@ -191,14 +198,12 @@ class SlotPlayer:
 
         def play(g: SlotGroup) -> None:
             inherit_torch_threads()
-            t0, timed = perf_counter(), _timed(g)
             try:
-                self._play(g, stop)
+                with _rest_as_other(g, [g]):
+                    self._play(g, stop)
             except BaseException as e:
                 errors.append(e)
                 stop.set()
-            finally:
-                g.timing.add("other", perf_counter() - t0 - (_timed(g) - timed))
 
         threads = [
             threading.Thread(target=play, args=(g,), name=f"onebox-evaluator-{k}", daemon=True)
