@@ -283,6 +283,21 @@ def test_native_rollouts_only_where_the_network_fits() -> None:
 
 def test_centered_ranks() -> None:
     assert np.allclose(centered_ranks(np.array([3.0, -1.0, 10.0])), [0.0, -0.5, 0.5])
+    # Ties share their mean rank: [1, 1, 1] hold ranks 1-3 of 0-4, so each gets 2 of 4.
+    assert np.allclose(centered_ranks(np.array([1.0, 0.0, 1.0, 5.0, 1.0])), [0, -0.5, 0, 0.5, 0])
+
+
+def test_es_ignores_pairs_whose_returns_tie() -> None:
+    """Only the pair whose returns differ moves ES's center: along its noise, by Adam's first
+    step (lr in every coordinate where that noise is nonzero)."""
+    params = ESParams(population=6, sigma=0.1, lr=0.01, weight_decay=0.0, episodes=1,
+                      center_episodes=0, obs_norm=False)  # fmt: skip
+    es = ES(50, lambda seed: torch.zeros(50), params, seed=0)
+    es.ask()
+    theta = es.theta.clone()
+    es.update(np.array([1.0, 3.0, 1.0]), np.array([1.0, 0.0, 1.0]))  # pair 1 differs
+    eps = es.weighted_noise(np.array([0.0, 1.0, 0.0]))
+    assert torch.allclose(es.theta - theta, 0.01 * torch.sign(eps), atol=1e-6)
 
 
 def test_ga_genome_rebuilt_from_seeds_is_bit_identical() -> None:

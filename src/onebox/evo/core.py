@@ -56,9 +56,15 @@ def rows(
 
 
 def centered_ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks of `x` scaled to [-0.5, 0.5] (ties broken by position), as in OpenAI ES."""
-    ranks = np.empty(x.size, dtype=np.float64)
-    ranks[np.argsort(x, kind="stable")] = np.arange(x.size)
+    """Ranks of `x` scaled to [-0.5, 0.5], as in OpenAI ES, equal values sharing their mean rank.
+
+    Shared ranks matter where returns tie often (MinAtar's and Atari's small integer scores): an
+    antithetic pair whose two returns tie then adds nothing to ES's gradient, where ranks broken
+    by position would hand it a rank difference as large as the other tied returns between the
+    two, in a direction of pure noise."""
+    _, index, counts = np.unique(x, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)  # one past each distinct value's last rank, in sorted order
+    ranks = (ends - (counts + 1) / 2)[index]
     return ranks / max(x.size - 1, 1) - 0.5
 
 

@@ -2,7 +2,8 @@
 and the network a run starts from. Any field given on the command line wins over its preset.
 
 - `classic` (classic control and any other small env): small populations that solve CartPole-v1
-  within a minute on two cores.
+  within a minute on two cores. ES's center first scored 475 or more after 2 to 8 generations for
+  11 of seeds 0-12, after 27 and 38 for the other two (seeds 0 and 7): hence 40 generations.
 - `mujoco`: ES as Salimans et al. ran MuJoCo (sigma 0.02, Adam 0.01, weight decay 0.005, a 64-64
   tanh MLP, observation normalization), with a population sized for one machine; ARS V2-t with a
   linear policy and HalfCheetah's settings of Mania et al. (step 0.02, 32 directions, the top 4,
@@ -66,7 +67,7 @@ PRESETS: dict[str, dict[Family, Preset]] = {
     },
     "es": {
         "classic": Preset(ESParams(population=48, sigma=0.05, lr=0.05, weight_decay=0.0,
-                                   episodes=1, center_episodes=5, obs_norm=True), generations=20),
+                                   episodes=1, center_episodes=5, obs_norm=True), generations=40),
         "mujoco": Preset(ESParams(population=1000, sigma=0.02, lr=0.01, weight_decay=0.005,
                                   episodes=1, center_episodes=5, obs_norm=True),
                          generations=1000, hidden=(64, 64)),

@@ -49,7 +49,7 @@ class EvolveConfig(RunConfig):
     preset: Literal["auto", "classic", "mujoco", "atari", "minatar"] = "auto"
     seed: int = 0
     generations: int | None = None
-    """Generations to run, in total, counting resumed ones (preset: 10-20 classic, 1000 MuJoCo,
+    """Generations to run, in total, counting resumed ones (preset: 10-40 classic, 1000 MuJoCo,
     100 Atari)."""
     frame_budget: int | None = None
     """Stop after the generation that reaches this many env frames (0 or unset: no budget; on
