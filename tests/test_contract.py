@@ -68,7 +68,10 @@ def folders(root: Path) -> set[str]:
         (["rs", "--hidden", "0", "64"], "--hidden takes positive sizes"),
         (["rs", "--frame-budget", "-1"], "--frame-budget must be >= 0"),
         (["ga", "--env", "CartPol-v1"], "Did you mean"),
-        (["ga", "--num-slots", "1"], "num_slots"),
+        (["ga", "--num-slots", "1"], "--num-slots must be at least --slot-groups (2), got 1"),
+        (["ga", "--slot-groups", "0"], "--slot-groups must be >= 1"),
+        (["es", "--num-threads", "0"], "--num-threads must be >= 1"),
+        (["rs", "--device", "bogus"], "unknown device 'bogus'"),
     ],
 )
 def test_a_bad_evolve_config_writes_nothing(runs, capsys, argv, message) -> None:

@@ -149,12 +149,16 @@ def test_returns_are_true_episode_returns_with_per_pair_seeds() -> None:
     assert np.allclose(result.fitness(), result.returns.reshape(5, 2).mean(1))
 
 
-def test_fitness_is_the_same_whatever_slots_threads_and_rounds() -> None:
+def test_fitness_is_the_same_whatever_slots_groups_threads_and_rounds() -> None:
     runs = []
-    for slots, threads, max_envs in ((2, 1, 2), (6, 2, 8), (64, 1, 4096), (17, 2, 20)):
+    for slots, groups, threads, max_envs in ((2, 2, 1, 2), (6, 2, 2, 8), (64, 2, 1, 4096),
+                                             (17, 2, 2, 20), (1, 1, 1, 1), (9, 3, 1, 12),
+                                             (16, 5, 2, 30)):  # fmt: skip
         with PopulationEvaluator(
-            "CartPole-v1", num_slots=slots, num_threads=threads, max_envs=max_envs
-        ) as ev:
+            "CartPole-v1", num_slots=slots, slot_groups=groups, num_threads=threads,
+            max_envs=max_envs,
+        ) as ev:  # fmt: skip
+            assert len(ev.sizes) == groups and sum(ev.sizes) == slots
             params = _random_population(ev, 30)
             episodes = np.arange(30) % 3 + 1
             r = ev.evaluate(params, episodes, seed=11, obs_stats=True)
@@ -227,6 +231,11 @@ def test_eval_caps_an_env_without_time_limit(capsys) -> None:
 def test_evaluator_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="num_slots"):
         PopulationEvaluator("CartPole-v1", num_slots=1)
+    with pytest.raises(ValueError, match=r"num_slots must be an integer >= slot_groups \(3"):
+        PopulationEvaluator("CartPole-v1", num_slots=2, slot_groups=3)
+    for groups in (0, 1.5, True):
+        with pytest.raises(ValueError, match="slot_groups must be an integer >= 1"):
+            PopulationEvaluator("CartPole-v1", slot_groups=groups)
     with pytest.raises(ValueError, match="onebox envs"):
         PopulationEvaluator("NoSuchEnv-v0")
     with PopulationEvaluator("CartPole-v1", num_slots=2, num_threads=1) as ev:

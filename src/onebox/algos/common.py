@@ -13,23 +13,11 @@ import numpy as np
 import torch
 
 import onebox.envs
+from onebox.nn.accel import resolve_device
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets
 
 Family = Literal["classic", "atari", "continuous", "minatar"]
-
-
-def resolve_device(device: str) -> torch.device:
-    """ "auto" -> CUDA when available, else CPU; anything else as torch reads it."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError as e:
-        raise ValueError(f"unknown device {device!r}: {e}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for but CUDA is not available; use --device cpu")
-    return dev
 
 
 def torch_threads(family: str, device: str) -> int:

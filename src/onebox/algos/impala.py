@@ -46,10 +46,9 @@ from onebox.algos.common import (
     greedy_policy,
     parse_env_options,
     probe_env,
-    resolve_device,
 )
 from onebox.algos.vtrace import vtrace
-from onebox.nn.accel import Accel, AccelFields, check_accel
+from onebox.nn.accel import Accel, AccelFields, check_accel, resolve_device
 from onebox.nn.networks import ActorCritic
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets

@@ -1,8 +1,8 @@
 """`onebox bench evolve`: population-evaluation throughput, in env frames/s, next to two baselines.
 
 - population: `PopulationEvaluator.evaluate` on `population` random networks (fresh ones each
-  call, one episode each), continuous batching over K slots in two pipelined groups.
-- env only: the same two engine pools (same envs, batch sizes and threads) stepped with random
+  call, one episode each), continuous batching over K slots in pipelined groups (`--slot-groups`, two by default).
+- env only: the same engine pools (same envs, batch sizes and threads) stepped with random
   actions in the same send/recv loop, with no network: the ceiling for the population number.
 - one at a time: each individual alone, one env and one network forward per step (the loop a
   naive evaluator runs), each episode with its own seeded reset as in the population run.
@@ -48,8 +48,10 @@ class EvolveBenchConfig:
     """K values to measure, networks evaluated at once (default: 256 1024; 8 16 with the cnn)."""
     max_episode_steps: int | None = None
     """Episode cap in env steps (default: the env's own limit)."""
+    slot_groups: int = 2
+    """Pipelined slot groups, each with its own engine pool (as `onebox evolve --slot-groups`)."""
     num_threads: int = 1
-    """Engine worker threads per slot group (two groups)."""
+    """Engine worker threads per slot group."""
     torch_threads: int = 1
     """torch intra-op threads."""
     device: str = "cpu"
@@ -99,6 +101,7 @@ def _evaluator(
         arch=config.arch,
         hidden=config.hidden,
         num_slots=num_slots,
+        slot_groups=config.slot_groups,
         num_threads=num_threads,
         max_episode_steps=config.max_episode_steps,
         device=config.device,
@@ -133,7 +136,8 @@ def _population_frames(ev: PopulationEvaluator, config: EvolveBenchConfig, warmu
 def rollout_rate(config: EvolveBenchConfig) -> float | None:
     """Frames/s of the evaluator's native-rollout path (the network in C++, whole episodes), or
     None where the network does not fit it."""
-    with _evaluator(config, 2, 2 * config.num_threads, native_rollout=True) as ev:
+    groups = config.slot_groups
+    with _evaluator(config, groups, groups * config.num_threads, native_rollout=True) as ev:
         return _population_frames(ev, config, config.population or 0) if ev.rollout_ok else None
 
 
@@ -151,7 +155,8 @@ def population_rate(
 
 
 def _env_only(ev: PopulationEvaluator, seconds: float) -> float:
-    """Env steps/s of the evaluator's own pools in its two-group send/recv loop, random actions."""
+    """Env steps/s of the evaluator's own pools (one per slot group) in its send/recv loop,
+    random actions."""
     pools = ev.pools
     for pool in pools:
         pool.async_reset()
@@ -206,7 +211,7 @@ def forward_ms(config: EvolveBenchConfig, num_slots: int, conv: ConvImpl) -> flo
 def one_at_a_time_rate(config: EvolveBenchConfig) -> float:
     """Frames/s evaluating individuals one after the other, one env, one network per step (the
     evaluator's env options and network, slot 0)."""
-    with _evaluator(config, 2, 1) as ev:
+    with _evaluator(config, config.slot_groups, 1) as ev:  # one slot per group
         env = ev.make_env(1)
         try:
             net = ev.net
@@ -228,7 +233,7 @@ def one_at_a_time_rate(config: EvolveBenchConfig) -> float:
 
 def seeded_reset_seconds(config: EvolveBenchConfig, repeats: int = 5) -> float:
     """Wall seconds of a seeded reset of one env of two (what starts each Atari episode)."""
-    with _evaluator(config, 2, 1) as ev:
+    with _evaluator(config, config.slot_groups, 1) as ev:  # one slot per group
         env = ev.make_env(2)
         try:
             env.reset(seed=config.seed)
@@ -281,7 +286,8 @@ def run(config: EvolveBenchConfig) -> int:
         )  # fmt: skip
     title = (
         f"{config.env}: population {config.population} of {config.arch} "
-        f"{'-'.join(map(str, config.hidden))}, {config.num_threads} engine thread(s) per group, "
+        f"{'-'.join(map(str, config.hidden))}, {config.slot_groups} slot groups of "
+        f"{config.num_threads} engine thread(s) each, "
         f"{config.torch_threads} torch thread(s), {config.device}, {config.dtype}, episode seeds "
         f"{config.episode_seeds}"
     )
@@ -323,7 +329,7 @@ def run(config: EvolveBenchConfig) -> int:
             "network, individual after individual. Inference share: the population run's time "
             "in the networks (including parameter copies into slots). Native rollout (where the "
             "network fits: a native env and a linear or one-tanh-layer mlp): the evaluator's "
-            "other path, whole episodes in the engine with the network in C++, on both groups' "
+            "other path, whole episodes in the engine with the network in C++, on all the groups' "
             "threads.",
             "",
             *notes,

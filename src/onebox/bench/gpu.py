@@ -99,7 +99,7 @@ spend much of a short run filling the table."""
 
 def run(config: GpuBenchConfig) -> int:
     """Run the parts asked for, write `OUT/report.md`, print where it is."""
-    from onebox.algos.common import resolve_device
+    from onebox.nn.accel import resolve_device
 
     device = resolve_device(config.device)
     if device.type != "cuda" and not config.tiny and set(config.parts) != {"policy"}:
@@ -361,27 +361,29 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         ms = {conv: evolve.forward_ms(bench, group, conv) for conv in ("grouped", "im2col")}
         calls.append([dtype, f"{ms['grouped']:.2f} ms", f"{ms['im2col']:.2f} ms", auto])
     rows = []
-    for dtype, seeds in (("float32", "pair"), ("float32", "env"), ("bfloat16", "env")):
+    for dtype, seeds, groups in (("float32", "pair", 2), ("float32", "env", 2),
+                                 ("float32", "env", 4), ("bfloat16", "env", 2)):  # fmt: skip
         bench = evolve.resolve(evolve.EvolveBenchConfig(
             env=ENV, population=size["population"], num_slots=(size["slots"],),
-            max_episode_steps=size["episode_cap"], num_threads=threads,
+            max_episode_steps=size["episode_cap"], slot_groups=groups, num_threads=threads,
             device=str(device), dtype=dtype, seconds=size["seconds"], episode_seeds=seeds,
         ))  # fmt: skip
         pop, alone, split, params = evolve.population_rate(bench, size["slots"])
         share = pop / alone
-        rows.append([dtype, seeds, common.format_rate(pop),
+        rows.append([dtype, seeds, str(groups), common.format_rate(pop),
                      common.format_rate(alone),
                      f"{100 * share:.0f}%", f"{100 * split.get('inference', 0.0):.0f}%",
                      f"{100 * split.get('params', 0.0):.0f}%",
                      f"{100 * split.get('other', 0.0):.0f}%",
                      "met" if share >= 0.9 else "missed"])  # fmt: skip
-    header = ["precision", "episode seeds", "population frames/s",
+    header = ["precision", "episode seeds", "slot groups", "population frames/s",
               "env-only frames/s", "share", "inference share", "params share", "other share",
               "goal >= 90%"]  # fmt: skip
     return "\n".join([
         f"## Evolution: {size['population']:,} Nature CNNs on {ENV}", "",
-        f"`onebox bench evolve`: {size['slots']} slots in two groups, each with its own engine "
-        f"pool of {threads} threads; each env step its own individual's network ({params:,} "
+        f"`onebox bench evolve`: {size['slots']} slots in two groups (four in one row: "
+        "`--slot-groups`, more pools in flight with smaller network batches), each with its own "
+        f"engine pool of {threads} threads; each env step its own individual's network ({params:,} "
         f"parameters) on {device}; episodes capped at {size['episode_cap']} steps; env only: "
         "the same pools with random actions. Episode seeds `pair`: every episode starts with "
         "its own seeded reset, for which ALE reloads the ROM (fitnesses independent of K); "

@@ -4,8 +4,8 @@
 `i` for every individual and returns each episode's true (unclipped, summed) return.
 
 How the episodes are played: the engine's closed-loop rollouts where the network fits them
-(`rollout_ok`), else K network slots in two groups with continuous batching
-(`onebox.evo.slots`, whose docstring tells how). Either way pair j (individual-major order)
+(`rollout_ok`), else K network slots in pipelined groups (two by default) with continuous
+batching (`onebox.evo.slots`, whose docstring tells how). Either way pair j (individual-major order)
 always plays in an env reset with seed `seed + j`, whatever K, the thread count or the timing,
 unless `episode_seeds="env"` (Atari only) trades that for resets without a ROM reload.
 
@@ -42,7 +42,7 @@ ParamSource = torch.Tensor | Callable[[np.ndarray], torch.Tensor]
 """Individuals' flat parameters: an (N, num_params) tensor, or a function from individual indices
 to their (n, num_params) rows (so a large population need not be held in memory at once). The
 slot groups call it from helper threads, one individual at a time, in their queue order, ahead of
-the slots (`onebox.evo.prefetch`): it must be safe to call from two threads at once."""
+the slots (`onebox.evo.prefetch`): it must be safe to call from several threads at once."""
 
 
 @dataclass
@@ -87,10 +87,13 @@ class PopulationEvaluator:
         arch: network architecture, "mlp", "cnn" or "minatar" (default: by observation space,
             `default_arch`).
         hidden: hidden sizes (see `PopulationNet`).
-        num_slots: K, networks run at once, in two groups of about K/2 (default: 256 for the
-            mlp, 64 for the cnn, whose parameters take hundreds of times the memory).
+        num_slots: K, networks run at once, split evenly among the slot groups (default: 256
+            for the mlp, 64 for the cnn, whose parameters take hundreds of times the memory).
+        slot_groups: G, groups of slots, each with its own env pool: while one group's networks
+            run, the other groups' envs step (default 2). More groups keep more pools in flight
+            at once, with smaller network batches.
         num_threads: engine worker threads (or processes) per group pool (default: physical
-            cores / 2).
+            cores / G).
         max_episode_steps: episode cap in env steps (default: the env's own limit).
         max_envs: most envs held in total by the rounds of native and process pools (one per
             queued episode; more episodes play in rounds). Atari pools hold one env per slot.
@@ -115,6 +118,7 @@ class PopulationEvaluator:
         arch: Arch | None = None,
         hidden: tuple[int, ...] | None = None,
         num_slots: int | None = None,
+        slot_groups: int = 2,
         num_threads: int | None = None,
         max_episode_steps: int | None = None,
         max_envs: int = 4096,
@@ -126,11 +130,14 @@ class PopulationEvaluator:
         native_rollout: bool = True,
         episode_seeds: EpisodeSeeds = "pair",
     ) -> None:
+        if isinstance(slot_groups, bool) or not isinstance(slot_groups, int) or slot_groups < 1:
+            raise ValueError(f"slot_groups must be an integer >= 1, got {slot_groups!r}")
         if num_slots is not None and (
-            isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 2
+            isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < slot_groups
         ):
             raise ValueError(
-                f"num_slots must be an integer >= 2 (two slot groups), got {num_slots}"
+                f"num_slots must be an integer >= slot_groups ({slot_groups}: a slot per group), "
+                f"got {num_slots}"
             )
         if isinstance(max_envs, bool) or not isinstance(max_envs, int):
             raise ValueError(f"max_envs must be an integer, got {max_envs!r}")
@@ -167,7 +174,7 @@ class PopulationEvaluator:
         self.episode_seeds = episode_seeds
         self.max_envs = max_envs
         if num_threads is None:
-            num_threads = max(1, onebox.envs.physical_cores() // 2)
+            num_threads = max(1, onebox.envs.physical_cores() // slot_groups)
         self.num_threads = num_threads
         self.max_episode_steps = max_episode_steps
         self.env_kwargs = dict(env_kwargs or {})
@@ -232,14 +239,15 @@ class PopulationEvaluator:
         float32 networks in the last digits, and an action chosen by argmax can differ where two
         outputs tie that closely."""
         self._rollout_pool: Any = None
-        self.sizes = (num_slots // 2, num_slots - num_slots // 2)
+        base, extra = divmod(num_slots, slot_groups)  # the larger groups last
+        self.sizes = tuple(base + (k >= slot_groups - extra) for k in range(slot_groups))
         self._groups: list[SlotGroup] = []
         self.frames = 0
         """Frames used by every `evaluate` call so far (the budget's counter)."""
         self.timing = TimeSplit()
         """Seconds in the env engine ("env"), the networks ("inference"), waiting for parameters
         ("params") and the rest of the slot groups' loops ("other"), summed over the slot groups
-        (with Atari they run in two threads at once); the native rollouts count as "env"."""
+        (with Atari each group runs in a thread of its own); the native rollouts count as "env"."""
 
     def _make(self, num_envs: int, batch_size: int, num_threads: int, cap: bool = True) -> Any:
         kwargs = dict(self.env_kwargs)
@@ -276,7 +284,8 @@ class PopulationEvaluator:
             return
         envs = []
         for size in self.sizes:
-            want = min(max(math.ceil(num_pairs / len(self.sizes)), size), self.max_envs // 2)
+            want = min(max(math.ceil(num_pairs / len(self.sizes)), size),
+                       self.max_envs // len(self.sizes))  # fmt: skip
             envs.append(size * max(1, math.ceil(want / size)))
         if self._groups and all(g.num_envs >= n for g, n in zip(self._groups, envs, strict=True)):
             return

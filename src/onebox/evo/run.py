@@ -36,6 +36,7 @@ from onebox.evo.evaluator import EpisodeSeeds, PopulationEvaluator
 from onebox.evo.ga import GA, GAParams
 from onebox.evo.presets import env_family, preset_fields
 from onebox.evo.rs import ARS, RandomSearch, RSParams
+from onebox.nn.accel import resolve_device
 from onebox.nn.population import PopulationNet, default_arch
 from onebox.run.config import RunConfig
 from onebox.run.presets import check_fields, fill_preset
@@ -61,10 +62,13 @@ class EvolveConfig(RunConfig):
     """Hidden sizes (default: the preset's, else (64, 64) for the mlp and (512,) for the cnn's fc
     layer); `0` alone makes the mlp a linear policy (as ARS's, the MuJoCo preset of `rs`)."""
     num_slots: int | None = None
-    """Networks evaluated at once (K), in two pipelined groups (default: 256 for the mlp, 64 for
-    the cnn)."""
+    """Networks evaluated at once (K), split among the slot groups (default: 256 for the mlp, 64
+    for the cnn)."""
+    slot_groups: int = 2
+    """Pipelined groups of slots, each with its own env pool: while one group's networks run, the
+    others' envs step. More keep more pools in flight, with smaller network batches."""
     num_threads: int | None = None
-    """Engine worker threads per slot group (default: physical cores / 2)."""
+    """Engine worker threads per slot group (default: physical cores / `--slot-groups`)."""
     torch_threads: int = 1
     """torch intra-op threads for the networks on the CPU."""
     max_episode_steps: int | None = None
@@ -161,6 +165,7 @@ def make_evaluator(config: AnyConfig) -> PopulationEvaluator:
         arch=config.arch,
         hidden=net_hidden(config),
         num_slots=config.num_slots,
+        slot_groups=config.slot_groups,
         num_threads=config.num_threads,
         max_episode_steps=config.max_episode_steps,
         max_envs=config.max_envs,
@@ -225,6 +230,16 @@ def resolve(config: AnyConfig) -> AnyConfig:
         raise ValueError(f"--frame-budget must be >= 0, got {config.frame_budget}")
     if config.torch_threads < 1:
         raise ValueError(f"--torch-threads must be >= 1, got {config.torch_threads}")
+    if config.slot_groups < 1:
+        raise ValueError(f"--slot-groups must be >= 1, got {config.slot_groups}")
+    if config.num_slots is not None and config.num_slots < config.slot_groups:
+        raise ValueError(
+            f"--num-slots must be at least --slot-groups ({config.slot_groups}), got "
+            f"{config.num_slots}"
+        )
+    if config.num_threads is not None and config.num_threads < 1:
+        raise ValueError(f"--num-threads must be >= 1, got {config.num_threads}")
+    resolve_device(config.device)
     if config.checkpoint_minutes < 0:
         raise ValueError(f"--checkpoint-minutes must be >= 0, got {config.checkpoint_minutes}")
     if config.host_restarts < 0:

@@ -1,8 +1,9 @@
 """Continuous batching of a population's episodes: K network slots over the async env engine.
 
 How it runs:
-- The K slots are split into two groups, each with its own env pool. While one group's envs step
-  on the engine's threads, the other group's networks run, so simulation and inference overlap.
+- The K slots are split into groups (two by default, `slot_groups`), each with its own env pool.
+  While one group's networks run, the other groups' envs step on the engine's threads, so
+  simulation and inference overlap.
 - Each slot plays one episode of one individual. Each step only the running slots' networks are
   computed: running slots are kept a prefix of the group's slots, so the networks read the stacked
   parameters in place. When an episode ends its slot is refilled at once with the next

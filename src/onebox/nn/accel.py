@@ -13,6 +13,8 @@
   sampler's view of an `ActorCritic` under that precision, with its fixed-shape forward compiled
   by `torch.compile` for `--compile` (mode "reduce-overhead", i.e. CUDA graphs, on CUDA), and
   `setup()` turns on TF32 matrix products on CUDA for float32 runs.
+- `resolve_device`: a `--device` value as a torch device ("auto": CUDA where there is a GPU), or
+  a ValueError saying what is wrong with it.
 - `SideStream`: a CUDA stream for a thread that runs inference beside a learner on the same GPU
   (the inference server), ordered against the learner's weight updates on the GPU itself.
 """
@@ -41,6 +43,20 @@ class AccelFields:
     """Compile the policy's fixed-shape inference call with torch.compile (on CUDA in
     "reduce-overhead" mode, which replays it as a CUDA graph); feed-forward nets only. The first
     calls are slow while it compiles."""
+
+
+def resolve_device(device: str) -> torch.device:
+    """ "auto" -> CUDA when available, else CPU; anything else as torch reads it (ValueError for
+    a name torch does not know, or CUDA where there is none)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"unknown device {device!r}: {e}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for but CUDA is not available; use --device cpu")
+    return dev
 
 
 def check_accel(config: Any, compiles: bool = True) -> None:
