@@ -20,7 +20,7 @@ from onebox.cli import main
 from onebox.envs.base import EPISODE_CAP, time_limit
 from onebox.evo.core import centered_ranks
 from onebox.evo.es import ES, ESParams
-from onebox.evo.evaluator import PopulationEvaluator
+from onebox.evo.evaluator import EvalResult, PopulationEvaluator
 from onebox.evo.ga import GA, GAParams, rebuild
 from onebox.evo.presets import MINATAR_CAP, PRESETS, Preset, env_family
 from onebox.evo.run import ESConfig, GAConfig, RSConfig, load_policy, params_of, resolve, run
@@ -95,6 +95,29 @@ def test_cnn_forward_matches_per_network_convolutions(conv: str) -> None:
         torch.testing.assert_close(out[k], x[0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("arch", "space", "conv"),
+    [("minatar", spaces.Box(0, 1, (10, 10, 4), dtype=np.bool_), "grouped"),
+     ("minatar", spaces.Box(0, 1, (10, 10, 4), dtype=np.bool_), "im2col"),
+     ("mlp", spaces.Box(-1, 1, (6,)), "auto")],
+)  # fmt: skip
+def test_a_network_computes_the_same_bits_whatever_runs_beside_it(
+    arch: str, space: spaces.Box, conv: str
+) -> None:
+    """The slot groups run 1 to K/G networks per call as episodes end: a network's outputs must
+    be the same bits in every batch, or a near-tie between two actions can turn the other way
+    and a fitness depend on K (it did for a lone MinAtar network in a grouped convolution, which
+    oneDNN computed as a plain one). The Nature CNN's grouped convolutions on the CPU do not
+    hold this: oneDNN rounds small group counts differently (README, "Evolution")."""
+    net = PopulationNet(arch, space, spaces.Discrete(4), 16, hidden=(16,), conv=conv)
+    net.set_slots(slice(None), torch.stack([net.init_params(i) for i in range(16)]))
+    space.seed(0)
+    obs = torch.as_tensor(np.stack([space.sample() for _ in range(16)]))
+    full = net.forward(obs, slice(0, 16))
+    for n in (1, 2, 3, 8):
+        assert torch.equal(net.forward(obs[:n], slice(0, n)), full[:n])
+
+
 def test_continuous_actions_stay_in_bounds() -> None:
     act = spaces.Box(np.array([-2.0, 0.0]), np.array([2.0, 1.0]))
     net = PopulationNet("mlp", spaces.Box(-1, 1, (3,)), act, 4)
@@ -166,6 +189,33 @@ def test_fitness_is_the_same_whatever_slots_groups_threads_and_rounds() -> None:
     for other in runs[1:]:
         for a, b in zip(runs[0], other, strict=True):
             assert np.array_equal(a, b)
+
+
+def test_minatar_fitness_depends_on_the_episode_seed_alone() -> None:
+    """MinAtar with sticky actions: the envs remember their last action, and a pool reused by
+    the next `evaluate` holds envs that played other episodes; a pair's seeded reset must still
+    start its env as a new one (its first steps repeat no earlier action), for any K."""
+
+    def evaluate(ev: PopulationEvaluator, start: int) -> EvalResult:
+        params = torch.stack([ev.net.init_params(start + i) for i in range(24)])
+        return ev.evaluate(params, 2, seed=start)
+
+    runs = []
+    for slots, groups in ((2, 2), (8, 2), (9, 3)):
+        with PopulationEvaluator(
+            "MinAtar/Breakout-v1", num_slots=slots, slot_groups=groups, num_threads=1,
+            env_kwargs={"sticky_action_prob": 0.5}, max_episode_steps=300,
+        ) as ev:  # fmt: skip
+            evaluate(ev, 0)
+            runs.append(evaluate(ev, 100))  # in envs that played the first call's episodes
+    with PopulationEvaluator(
+        "MinAtar/Breakout-v1", num_slots=4, num_threads=1,
+        env_kwargs={"sticky_action_prob": 0.5}, max_episode_steps=300,
+    ) as ev:  # fmt: skip
+        runs.append(evaluate(ev, 100))  # in new envs
+    for r in runs[1:]:
+        assert np.array_equal(r.returns, runs[0].returns)
+        assert np.array_equal(r.lengths, runs[0].lengths)
 
 
 def test_the_time_split_adds_up_to_the_time_played() -> None:

@@ -5,7 +5,9 @@ it) and a onebox pool get the same seeds (env i: seed + i) and the same random a
 games draw from the same numpy RandomState stream as the package, so observations, rewards and
 the terminated/truncated flags must be equal at every step: across many episode ends (next-step
 autoreset), a reset without a seed (every stream and last action go on) and a reset with a new
-seed. A game is a row of GAMES; its cases run with the package's defaults (sticky actions 0.1,
+seed (which starts onebox's env as a new one, its last action, for sticky actions, back to no-op:
+the package keeps it, so the test clears the package's before that reset; see
+`test_a_seeded_reset_plays_as_a_new_env`). A game is a row of GAMES; its cases run with the package's defaults (sticky actions 0.1,
 difficulty ramping) and with other options.
 """
 
@@ -95,6 +97,9 @@ def test_same_trajectories_as_the_package(env_id: str, options: str) -> None:
     # Seed 3, then a reset without a seed (the streams go on), then a new seed.
     phases = ((3, GAMES[env_id]), (None, LATER_STEPS), (2**32 - 1 - NUM_ENVS, LATER_STEPS))
     for phase, (seed, steps) in enumerate(phases):
+        if phase and seed is not None:  # onebox's seeded reset also forgets the last action
+            for env in ref.envs:
+                env.unwrapped.game.last_action = 0
         obs_ref, _ = ref.reset(seed=seed)
         obs, _ = pool.reset(seed=seed)
         assert obs.dtype == np.bool_ and obs.shape == (
@@ -110,6 +115,44 @@ def test_same_trajectories_as_the_package(env_id: str, options: str) -> None:
     assert ends >= NUM_ENVS, f"only {ends} episode ends: the episodes must end and restart"
     ref.close()
     pool.close()
+
+
+def _play(env: gymnasium.vector.VectorEnv, seed: int, actions: np.ndarray) -> list:
+    """The observations and rewards of a reset with `seed`, then `actions`."""
+    out = [env.reset(seed=seed)[0]]
+    for a in actions:
+        obs, reward, *_ = env.step(np.array([a]))
+        out += [obs, reward]
+    return out
+
+
+def _same(a: list, b: list) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("env_id", ["MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1"])
+def test_a_seeded_reset_plays_as_a_new_env(env_id: str) -> None:
+    """After any history, a reset with seed s plays as a new env reset with s: what makes an
+    evolved network's fitness depend on its episode's seed alone (`onebox.evo`), whatever the
+    env played before. The package's env keeps its last action across a seeded reset, so with
+    sticky actions its first steps after one can repeat the last episode's action; onebox's
+    starts that memory afresh (the one place where it does not replay the package)."""
+    rng = np.random.default_rng(1)
+    kwargs = {"sticky_action_prob": 0.5}
+    package_differs = False
+    for seed in range(8):
+        history, actions = rng.integers(1, 3, 40), rng.integers(0, 3, 30)
+        played, new = (onebox.envs.make(env_id, 1, num_threads=1, **kwargs) for _ in range(2))
+        ref_played, ref_new = (gymnasium.make_vec(env_id, 1, **kwargs) for _ in range(2))
+        _play(played, 100 + seed, history)
+        _play(ref_played, 100 + seed, history)
+        fresh = _play(new, seed, actions)
+        assert _same(_play(played, seed, actions), fresh)
+        assert _same(_play(ref_new, seed, actions), fresh)  # new envs: onebox replays the package
+        package_differs |= not _same(_play(ref_played, seed, actions), fresh)
+        for env in (played, new, ref_played, ref_new):
+            env.close()
+    assert package_differs  # what this guards against does happen in these 8 seeds
 
 
 @pytest.mark.parametrize("env_id", ["MinAtar/Breakout-v1", "MinAtar/Asterix-v1"])

@@ -183,7 +183,13 @@ class Env {
         minimal_(cfg.Bool("use_minimal_action_set")),
         game_(cfg.Bool("difficulty_ramping")) {}
 
-  void Seed(uint64_t seed) { random_.Seed(seed); }
+  // A seeded reset starts the env as a new one would: the random stream and the last action,
+  // which the package keeps across every reset, even seeded ones (its first step after one could
+  // repeat the last episode's action); a reset without a seed keeps both, as the package does.
+  void Seed(uint64_t seed) {
+    random_.Seed(seed);
+    last_action_ = kNoop;
+  }
 
   void Reset(Rng&, Obs* obs, double*) {
     game_.Reset(random_);

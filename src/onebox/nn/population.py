@@ -284,6 +284,12 @@ class PopulationNet:
     def _conv(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, stride: int) -> torch.Tensor:
         """Individual k's conv (weights w[k], bias b[k]) on its own input x[k], for every k."""
         n, out, k = w.shape[0], w.shape[1], w.shape[-1]
+        if self.conv == "grouped" and n == 1:
+            # A single group is a plain convolution, which oneDNN rounds differently from its
+            # grouped kernels: computed as two groups, a lone network's outputs are the same bits
+            # as in any batch, so its actions (and fitness) do not depend on who runs beside it.
+            pair = (2, *x.shape[1:]), (2, *w.shape[1:]), (2, *b.shape[1:])
+            return self._conv(x.expand(pair[0]), w.expand(pair[1]), b.expand(pair[2]), stride)[:1]
         if self.conv == "grouped":
             y = F.conv2d(x.reshape(1, -1, *x.shape[2:]), w.reshape(n * out, *w.shape[2:]),
                          b.reshape(-1), stride=stride, groups=n)  # fmt: skip
