@@ -13,10 +13,10 @@ and the network a run starts from. Any field given on the command line wins over
 - `minatar` (`MinAtar/*` ids, the MinAtar paper's small CNN): populations of 256 that fit two
   cores, sigma 0.02 (the networks' weights are N(0, 1/fan_in), as for Atari, but the net is
   small), no observation normalization (the inputs are 0/1 grids). The GA on
-  MinAtar/Breakout-v1 with a 1M-frame budget (103-118 generations, seeds 1-3) gave elites that
-  scored 3.3-4.7 over 100 episodes (random play: 0.4; docs/results.md); sigma 0.01 or 0.005 did
-  no better, nor did a 5M-frame budget (4.5). ES: 1.4-2.7 at 1M frames (sigma 0.05: 1.3-2.4,
-  0.1: 0.5); RS (ARS): 3.8-4.9.
+  MinAtar/Breakout-v1 with a 1M-frame budget (108-131 generations, seeds 1-3) gave elites that
+  scored 2.9-4.9 over 100 episodes (random play: 0.4; docs/results.md); sigma 0.01 or 0.005 did
+  no better, nor did a 5M-frame budget. ES: 1.4-2.5 at 1M frames (sigma 0.05: 1.3-2.4, 0.1:
+  0.5); RS (ARS): 3.4-4.3.
   Episodes end at `MINATAR_CAP` steps.
 """
 
