@@ -88,7 +88,10 @@ class PopulationEvaluator:
             `default_arch`).
         hidden: hidden sizes (see `PopulationNet`).
         num_slots: K, networks run at once, split evenly among the slot groups (default: 256
-            for the mlp, 64 for the cnn, whose parameters take hundreds of times the memory).
+            for the mlp; 64 for the cnn, whose parameters take hundreds of times the memory, and
+            for the minatar network, whose 0.5 MB dense layer per network bounds a CPU step by
+            memory bandwidth beyond a cache's worth: 64 ran 1.2-1.3x the frames/s of 256,
+            docs/benchmarks.md).
         slot_groups: G, groups of slots, each with its own env pool: while one group's networks
             run, the other groups' envs step (default 2). More groups keep more pools in flight
             at once, with smaller network batches.
@@ -210,7 +213,7 @@ class PopulationEvaluator:
         self.frames_per_step = int(frames_per_step or self._skip)
         arch = arch or default_arch(self.observation_space)
         if num_slots is None:
-            num_slots = 64 if arch == "cnn" else 256
+            num_slots = 256 if arch == "mlp" else 64
         if max_envs < num_slots:
             raise ValueError(f"max_envs must be >= num_slots={num_slots}, got {max_envs}")
         self.num_slots = num_slots

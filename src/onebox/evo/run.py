@@ -63,7 +63,7 @@ class EvolveConfig(RunConfig):
     layer); `0` alone makes the mlp a linear policy (as ARS's, the MuJoCo preset of `rs`)."""
     num_slots: int | None = None
     """Networks evaluated at once (K), split among the slot groups (default: 256 for the mlp, 64
-    for the cnn)."""
+    for the cnn and the minatar network)."""
     slot_groups: int = 2
     """Pipelined groups of slots, each with its own env pool: while one group's networks run, the
     others' envs step. More keep more pools in flight, with smaller network batches."""
