@@ -66,7 +66,7 @@ class GpuBenchConfig:
     tiny: bool = False
     """Tiny sizes: seconds of work per part, to check the pipeline; the report says so."""
     env_threads: int = 16
-    """Engine threads (each of the evolution's two slot groups gets them all)."""
+    """Engine threads (each of the evolution's slot groups gets them all)."""
     networks: tuple[Literal["nature-cnn", "mlp"], ...] = ("nature-cnn",)
     """Networks of the policy part."""
     deadline: float | None = None
