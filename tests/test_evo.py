@@ -286,6 +286,11 @@ def test_evaluator_rejects_bad_input() -> None:
     for groups in (0, 1.5, True):
         with pytest.raises(ValueError, match="slot_groups must be an integer >= 1"):
             PopulationEvaluator("CartPole-v1", slot_groups=groups)
+    for threads in (0, 2.0):
+        with pytest.raises(ValueError, match="num_threads must be an integer >= 1"):
+            PopulationEvaluator("CartPole-v1", num_threads=threads)
+    with pytest.raises(ValueError, match="unknown device 'bogus'"):
+        PopulationEvaluator("CartPole-v1", device="bogus")
     with pytest.raises(ValueError, match="onebox envs"):
         PopulationEvaluator("NoSuchEnv-v0")
     with PopulationEvaluator("CartPole-v1", num_slots=2, num_threads=1) as ev:

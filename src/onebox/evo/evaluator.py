@@ -5,9 +5,9 @@
 
 How the episodes are played: the engine's closed-loop rollouts where the network fits them
 (`rollout_ok`), else K network slots in pipelined groups (two by default) with continuous
-batching (`onebox.evo.slots`, whose docstring tells how). Either way pair j (individual-major order)
-always plays in an env reset with seed `seed + j`, whatever K, the thread count or the timing,
-unless `episode_seeds="env"` (Atari only) trades that for resets without a ROM reload.
+batching (`onebox.evo.slots`, whose docstring tells how). Either way pair j (individual-major
+order) always plays in an env reset with seed `seed + j`, whatever K, the thread count or the
+timing, unless `episode_seeds="env"` (Atari only) trades that for resets without a ROM reload.
 
 Fitness is the true episode return: Atari pools run with `episodic_life=False` and
 `reward_clip=False`, so an episode is a whole game and its rewards are the game's score. Frames:
@@ -32,6 +32,7 @@ import torch
 import onebox.envs
 from onebox.envs.base import EPISODE_CAP, cap_options, time_limit
 from onebox.evo.slots import SlotGroup, SlotPlayer
+from onebox.nn.accel import resolve_device
 from onebox.nn.population import OBS_CLIP, Arch, DType, PopulationNet, default_arch
 from onebox.run import TimeSplit
 
@@ -142,6 +143,11 @@ class PopulationEvaluator:
                 f"num_slots must be an integer >= slot_groups ({slot_groups}: a slot per group), "
                 f"got {num_slots}"
             )
+        if num_threads is not None and (
+            isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1
+        ):
+            raise ValueError(f"num_threads must be an integer >= 1 or None, got {num_threads!r}")
+        device = resolve_device(str(device))
         if isinstance(max_envs, bool) or not isinstance(max_envs, int):
             raise ValueError(f"max_envs must be an integer, got {max_envs!r}")
         if max_episode_steps is not None and (

@@ -36,7 +36,6 @@ from onebox.evo.evaluator import EpisodeSeeds, PopulationEvaluator
 from onebox.evo.ga import GA, GAParams
 from onebox.evo.presets import env_family, preset_fields
 from onebox.evo.rs import ARS, RandomSearch, RSParams
-from onebox.nn.accel import resolve_device
 from onebox.nn.population import PopulationNet, default_arch
 from onebox.run.config import RunConfig
 from onebox.run.presets import check_fields, fill_preset
@@ -230,16 +229,6 @@ def resolve(config: AnyConfig) -> AnyConfig:
         raise ValueError(f"--frame-budget must be >= 0, got {config.frame_budget}")
     if config.torch_threads < 1:
         raise ValueError(f"--torch-threads must be >= 1, got {config.torch_threads}")
-    if config.slot_groups < 1:
-        raise ValueError(f"--slot-groups must be >= 1, got {config.slot_groups}")
-    if config.num_slots is not None and config.num_slots < config.slot_groups:
-        raise ValueError(
-            f"--num-slots must be at least --slot-groups ({config.slot_groups}), got "
-            f"{config.num_slots}"
-        )
-    if config.num_threads is not None and config.num_threads < 1:
-        raise ValueError(f"--num-threads must be >= 1, got {config.num_threads}")
-    resolve_device(config.device)
     if config.checkpoint_minutes < 0:
         raise ValueError(f"--checkpoint-minutes must be >= 0, got {config.checkpoint_minutes}")
     if config.host_restarts < 0:
