@@ -7,8 +7,8 @@ the terminated/truncated flags must be equal at every step: across many episode 
 autoreset), a reset without a seed (every stream and last action go on) and a reset with a new
 seed (which starts onebox's env as a new one, its last action, for sticky actions, back to no-op:
 the package keeps it, so the test clears the package's before that reset; see
-`test_a_seeded_reset_plays_as_a_new_env`). A game is a row of GAMES; its cases run with the package's defaults (sticky actions 0.1,
-difficulty ramping) and with other options.
+`test_a_seeded_reset_plays_as_a_new_env`). A game is a row of GAMES; its cases run with the
+package's defaults (sticky actions 0.1, difficulty ramping) and with other options.
 """
 
 from __future__ import annotations

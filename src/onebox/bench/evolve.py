@@ -1,7 +1,8 @@
 """`onebox bench evolve`: population-evaluation throughput, in env frames/s, next to two baselines.
 
 - population: `PopulationEvaluator.evaluate` on `population` random networks (fresh ones each
-  call, one episode each), continuous batching over K slots in pipelined groups (`--slot-groups`, two by default).
+  call, one episode each), continuous batching over K slots in pipelined groups
+  (`--slot-groups`, two by default).
 - env only: the same engine pools (same envs, batch sizes and threads) stepped with random
   actions in the same send/recv loop, with no network: the ceiling for the population number.
 - one at a time: each individual alone, one env and one network forward per step (the loop a

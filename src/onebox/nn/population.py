@@ -288,8 +288,8 @@ class PopulationNet:
             # A single group is a plain convolution, which oneDNN rounds differently from its
             # grouped kernels: computed as two groups, a lone network's outputs are the same bits
             # as in any batch, so its actions (and fitness) do not depend on who runs beside it.
-            pair = (2, *x.shape[1:]), (2, *w.shape[1:]), (2, *b.shape[1:])
-            return self._conv(x.expand(pair[0]), w.expand(pair[1]), b.expand(pair[2]), stride)[:1]
+            two = [t.expand(2, *t.shape[1:]) for t in (x, w, b)]
+            return self._conv(*two, stride)[:1]
         if self.conv == "grouped":
             y = F.conv2d(x.reshape(1, -1, *x.shape[2:]), w.reshape(n * out, *w.shape[2:]),
                          b.reshape(-1), stride=stride, groups=n)  # fmt: skip
