@@ -12,8 +12,9 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
   a share of the engine alone stepping the same envs with random actions (goal: >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads: float32
   with a seeded reset per episode, then with a seeded reset per env per evaluation
-  (`--episode-seeds env`) in float32 and bfloat16, population frames/s against the same pools
-  stepped with random actions (goal: >= 90%), and the evaluator's time split.
+  (`--episode-seeds env`) in float32 (two, three and four slot groups of 125) and bfloat16,
+  population frames/s against the same pools stepped with random actions (goal: >= 90%), and
+  the evaluator's time split.
 - inference: the inference server on the device serving 16 thread actors Nature-CNN requests.
 - offpolicy: Ape-X and R2D2 with their Atari presets (8 process actors of 16 envs, the learner
   and the inference server on the device) for 45 s each: env frames/s and learner updates/s.
@@ -361,16 +362,19 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         ms = {conv: evolve.forward_ms(bench, group, conv) for conv in ("grouped", "im2col")}
         calls.append([dtype, f"{ms['grouped']:.2f} ms", f"{ms['im2col']:.2f} ms", auto])
     rows = []
+    # Groups of `group` slots each, two to four of them: more pools in flight, batches as large.
     for dtype, seeds, groups in (("float32", "pair", 2), ("float32", "env", 2),
-                                 ("float32", "env", 4), ("bfloat16", "env", 2)):  # fmt: skip
+                                 ("float32", "env", 3), ("float32", "env", 4),
+                                 ("bfloat16", "env", 2)):  # fmt: skip
+        slots = group * groups
         bench = evolve.resolve(evolve.EvolveBenchConfig(
-            env=ENV, population=size["population"], num_slots=(size["slots"],),
+            env=ENV, population=size["population"], num_slots=(slots,),
             max_episode_steps=size["episode_cap"], slot_groups=groups, num_threads=threads,
             device=str(device), dtype=dtype, seconds=size["seconds"], episode_seeds=seeds,
         ))  # fmt: skip
-        pop, alone, split, params = evolve.population_rate(bench, size["slots"])
+        pop, alone, split, params = evolve.population_rate(bench, slots)
         share = pop / alone
-        rows.append([dtype, seeds, str(groups), common.format_rate(pop),
+        rows.append([dtype, seeds, f"{groups} of {group}", common.format_rate(pop),
                      common.format_rate(alone),
                      f"{100 * share:.0f}%", f"{100 * split.get('inference', 0.0):.0f}%",
                      f"{100 * split.get('params', 0.0):.0f}%",
@@ -381,8 +385,8 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
               "goal >= 90%"]  # fmt: skip
     return "\n".join([
         f"## Evolution: {size['population']:,} Nature CNNs on {ENV}", "",
-        f"`onebox bench evolve`: {size['slots']} slots in two groups (four in one row: "
-        "`--slot-groups`, more pools in flight with smaller network batches), each with its own "
+        f"`onebox bench evolve`: slot groups of {group} slots (two, three or four: "
+        "`--slot-groups`, more pools in flight with network batches as large), each with its own "
         f"engine pool of {threads} threads; each env step its own individual's network ({params:,} "
         f"parameters) on {device}; episodes capped at {size['episode_cap']} steps; env only: "
         "the same pools with random actions. Episode seeds `pair`: every episode starts with "
