@@ -10,6 +10,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import torch
 from gymnasium import spaces
 
@@ -38,20 +39,55 @@ def spec(**kw) -> ActorSpec:
 
 def run_collect(s: ActorSpec, infer, unrolls: int = 2) -> list[dict]:
     out: list[dict] = []
-    with s.make_pool(seed=3) as envs:
-        arrays = s.arrays(envs.single_observation_space.shape, envs.single_observation_space.dtype)
+    pools = s.make_pools(seed=3)
+    space = pools[0].single_observation_space
+    arrays = s.arrays(space.shape, space.dtype)
 
-        def buffers():
-            if len(out) == unrolls:
-                return None
-            out.append({name: np.zeros(shape, dtype) for name, shape, dtype in arrays})
-            return out[-1]
+    def buffers():
+        if len(out) == unrolls:
+            return None
+        out.append({name: np.zeros(shape, dtype) for name, shape, dtype in arrays})
+        return out[-1]
 
-        def publish(returns, lengths):
-            out[-1]["episodes"] = (returns, lengths)
+    def publish(returns, lengths):
+        out[-1]["episodes"] = (returns, lengths)
 
-        collect(s, infer, envs, 3, buffers, publish)
+    try:
+        collect(s, infer, pools, 3, buffers, publish)
+    finally:
+        for pool in pools:
+            pool.close()
     return out
+
+
+def obs_policy(ids, obs, starts):
+    """CartPole actions and values that depend on each env's observation alone (not on its
+    batch): push the way the pole leans away from, so some episodes end before the cap."""
+    actions = (obs[:, 2] + 0.1 * obs[:, 1] < 0).astype(np.int64)
+    outputs = {"logprobs": np.zeros(len(obs), np.float32),
+               "values": obs.sum(1).astype(np.float32)}  # fmt: skip
+    return InferResult(actions, outputs, 1)
+
+
+@pytest.mark.parametrize("options", [{"max_episode_steps": 10},
+                                     {"max_episode_steps": 10, "backend": "process"}],
+                         ids=["native", "process"])  # fmt: skip
+def test_split_pools_record_the_same_unrolls_as_one_pool(options) -> None:
+    # Each env's steps depend on its own observations: splitting the actor's envs into pools
+    # that take turns (the process backend's recv returns them in the order they finish)
+    # changes nothing in the unrolls, truncations and their bootstrap inputs included.
+    one, two, three = (run_collect(spec(num_envs=6, env_options=options, splits=k), obs_policy, 3)
+                       for k in (1, 2, 3))  # fmt: skip
+    assert any((u["truncated"] & ~u["terminated"]).any() for u in one)  # both kinds of end
+    assert any(u["terminated"].any() for u in one)
+    for a, b, c in zip(one, two, three, strict=True):
+        for key in a:
+            if key == "episodes":
+                episodes = [sorted(zip(*u[key], strict=True)) for u in (a, b, c)]
+                assert episodes[0] == episodes[1] == episodes[2]
+            else:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+                np.testing.assert_array_equal(a[key], c[key], err_msg=key)
 
 
 def test_truncated_rewards_are_bootstrapped_once_in_the_learner_from_the_final_observation():

@@ -75,7 +75,8 @@ def test_process_actors_run_their_own_recurrent_policies_on_the_published_weight
     tmp_path: Path,
 ) -> None:
     run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "3200", "--actors", "2",
-                    "--process-actors", "--inference", "local", "--lstm", "16")  # fmt: skip
+                    "--process-actors", "--inference", "local", "--lstm", "16",
+                    "--env-splits", "2")  # fmt: skip
     assert run.load_checkpoint(run_dir)["updates"] == 40
     # The actors reload each version the learner publishes (shared memory): an unroll lags the
     # learner by the unrolls ahead of it (about 9 at most: per actor 2 ring slots and the one
@@ -83,7 +84,9 @@ def test_process_actors_run_their_own_recurrent_policies_on_the_published_weight
     # run's 40 as with weights never reloaded.
     lags = [v for _, v in metric(run_dir, "charts/policy_lag")]
     assert len(lags) == 40 and min(lags) >= 0 and max(lags[20:]) <= 12, lags
-    assert "each with its own copy of the network" in (run_dir / "log.txt").read_text()
+    log = (run_dir / "log.txt").read_text()
+    assert "each with its own copy of the network" in log
+    assert "each steps 2 pools of 4 envs in turn" in log
 
 
 def test_killed_run_resumes_its_counters(tmp_path: Path) -> None:
@@ -150,6 +153,8 @@ def test_killed_actor_process_is_restarted_and_training_goes_on(tmp_path: Path) 
         (["--sync-every", "0"], "--sync-every must be positive"),
         (["--lstm", "0"], "--lstm is the LSTM core's size"),
         (["--actor-restarts", "-1"], "--actor-restarts must be >= 0"),
+        (["--env-splits", "3"], "must be a positive divisor of --envs-per-actor (8)"),
+        (["--env-splits", "0"], "must be a positive divisor"),
         (["--num-minibatches", "3", "--lstm", "8", "--unroll", "12"], "8 env columns"),
     ],
 )

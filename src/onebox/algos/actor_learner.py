@@ -89,7 +89,11 @@ class ActorFields:
     """Inference server: how long a request waits for others to join its batch."""
     num_threads: int | None = None
     """Env pool threads per actor (default: this machine's physical cores shared among the
-    actors, at least 1 each)."""
+    actors, at least 1 each); with `--env-splits`, per pool."""
+    env_splits: int = 1
+    """Pools each actor's envs are split into, stepped in turn: while one waits for its actions
+    the others step (Sample Factory's double-buffered sampling: 2). Must divide
+    `--envs-per-actor`; the unrolls are the same as with one pool."""
     inference: Literal["central", "local"] | None = None
     """`central`: every step's actions come from the learner's inference server, which batches
     all actors' requests into one forward pass (SEED RL); `local`: each actor runs its own copy
@@ -106,6 +110,11 @@ def resolve_actors(config: Any) -> Any:
     if config.envs_per_actor > config.max_batch:
         raise ValueError(
             f"--envs-per-actor ({config.envs_per_actor}) must be <= --max-batch ({config.max_batch})"
+        )
+    if config.env_splits < 1 or config.envs_per_actor % config.env_splits:
+        raise ValueError(
+            f"--env-splits ({config.env_splits}) must be a positive divisor of --envs-per-actor "
+            f"({config.envs_per_actor}): each split is a pool of the same number of envs"
         )
     if config.actor_restarts < 0:
         raise ValueError(f"--actor-restarts must be >= 0, got {config.actor_restarts}")
@@ -139,6 +148,9 @@ def actors_note(config: Any) -> str:
     else:
         how = (f"each with its own copy of the network (--inference local), reloaded every "
                f"{config.sync_every} learner update(s)")  # fmt: skip
+    if config.env_splits > 1:
+        m = config.envs_per_actor // config.env_splits
+        where += f"; each steps {config.env_splits} pools of {m} envs in turn (--env-splits)"
     return f"{config.actors} actors ({where}), {how}"
 
 

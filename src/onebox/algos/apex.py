@@ -328,6 +328,7 @@ def actor_spec(config: Config, num_actions: int) -> ActorSpec:
         unroll=config.unroll or 1,
         outputs={"q": ((num_actions,), np.float32)},
         lstm=None,
+        splits=config.env_splits,
     )
 
 

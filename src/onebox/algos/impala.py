@@ -166,6 +166,7 @@ def actor_spec(config: Config) -> ActorSpec:
         unroll=config.unroll or 1,
         outputs=ACTOR_CRITIC_OUTPUTS,
         lstm=config.lstm,
+        splits=config.env_splits,
     )
 
 

@@ -313,6 +313,7 @@ def actor_spec(config: Config) -> ActorSpec:
         unroll=config.unroll,
         outputs=state_outputs(config),
         lstm=config.lstm,
+        splits=config.env_splits,
     )
 
 

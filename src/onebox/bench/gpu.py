@@ -8,7 +8,8 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
   preset double-buffered, two halves of 4 envs, ran slower than sync on an H200 and is left
   out: docs/benchmarks.md, 2026-11-28), PPO with a throughput preset (double-buffered, 128
   envs) in float32 and bf16, and APPO with its Atari preset (4 actors of 8 envs) and with the
-  same 128 envs (8 actors of 16), as threads and as processes: SPS, the time split, and SPS as
+  same 128 envs (8 actors of 16), as threads (each actor's 16 envs in one pool, and in two that
+  take turns: `--env-splits 2`) and as processes: SPS, the time split, and SPS as
   a share of the engine alone stepping the same envs with random actions (goal: >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads: float32
   with a seeded reset per episode, then with a seeded reset per env per evaluation
@@ -271,24 +272,28 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
     n = size["throughput_envs"]
     actors = size["appo_actors"]  # the throughput APPO: its actors hold n envs in all
     shape = (actors, n // actors)
-    runs = [("PPO, Atari preset", "sync", None, "float32", None, False, False),
-            ("PPO, Atari preset, compiled", "sync", None, "float32", None, True, False),
-            ("PPO, throughput", "double", n, "float32", None, False, False),
-            ("PPO, throughput", "double", n, "bf16", None, False, False),
-            ("APPO, Atari preset", "appo", None, "float32", None, False, False),
-            ("APPO, throughput", "appo", None, "float32", shape, False, False),
-            ("APPO, throughput, process actors", "appo", None, "float32", shape, False,
-             True)]  # fmt: skip
+    runs = [("PPO, Atari preset", "sync", None, "float32", None, False, False, 1),
+            ("PPO, Atari preset, compiled", "sync", None, "float32", None, True, False, 1),
+            ("PPO, throughput", "double", n, "float32", None, False, False, 1),
+            ("PPO, throughput", "double", n, "bf16", None, False, False, 1),
+            ("APPO, Atari preset", "appo", None, "float32", None, False, False, 1),
+            ("APPO, throughput", "appo", None, "float32", shape, False, False, 1),
+            ("APPO, throughput, 2 env splits", "appo", None, "float32", shape, False, False, 2),
+            ("APPO, throughput, process actors", "appo", None, "float32", shape, False, True,
+             1)]  # fmt: skip
     rows = []
     with tempfile.TemporaryDirectory() as root:
-        for k, (label, mode, num_envs, precision, shape, compiled, procs) in enumerate(runs):
+        for k, (label, mode, num_envs, precision, shape, compiled, procs, splits) in enumerate(
+            runs
+        ):
             bench = train.TrainBenchConfig(env=ENV, modes=(mode,), iterations=size["iterations"],
                                            num_envs=num_envs, num_steps=size["steps"],
                                            num_threads=config.env_threads,
                                            actors=shape and shape[0],
                                            envs_per_actor=shape and shape[1],
                                            device=str(device), precision=precision,
-                                           compile=compiled, process_actors=procs)  # type: ignore[arg-type]  # fmt: skip
+                                           compile=compiled, process_actors=procs,
+                                           env_splits=splits)  # type: ignore[arg-type]  # fmt: skip
             r = train.measure(bench, mode, Path(root) / str(k))
             if mode == "appo":
                 c = appo.resolve(appo.Config(env=ENV, total_steps=1, actors=bench.actors,

@@ -48,6 +48,8 @@ class TrainBenchConfig(AccelFields):
     process_actors: bool = False
     """APPO's actors as processes (`onebox train appo --process-actors`) rather than threads of
     the learner's process."""
+    env_splits: int = 1
+    """APPO's pools per actor, stepped in turn (`onebox train appo --env-splits`)."""
     torch_threads: int | None = None
     """Torch CPU threads (default: the learner's choice)."""
     device: str = "auto"
@@ -73,7 +75,8 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
         module: Any = appo
         base: Any = appo.Config(env=config.env, total_steps=1, actors=config.actors,
                                 envs_per_actor=config.envs_per_actor,
-                                process_actors=config.process_actors)  # fmt: skip
+                                process_actors=config.process_actors,
+                                env_splits=config.env_splits)  # fmt: skip
         fields: dict[str, Any] = {}
     else:
         module = ppo

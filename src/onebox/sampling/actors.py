@@ -2,7 +2,8 @@
 the stream into unrolls (`onebox.sampling.Rollout`s of numpy arrays), which they hand to a
 channel (a FIFO for IMPALA/APPO, a replay table for Ape-X: the actor code is the same).
 
-An actor owns an env pool. Each step it asks for actions (from the `InferenceServer`, or from its
+An actor owns an env pool, or `ActorSpec.splits` pools that share its envs between them. Each
+step it asks for actions (from the `InferenceServer`, or from its
 own copy of the network synced from the learner) and records observations, actions, the policy's
 other named outputs (log-probabilities and values, or Q-values), rewards, `terminated` and
 `truncated` apart, the observation each step led to (the final one where an episode ended) and
@@ -12,6 +13,11 @@ episode's own state) and records those outputs as `final`: the learner's bootstr
 actor bootstraps nothing: each learner does that once, in its own transform. With an LSTM, the
 unroll records the state each env started it from and `starts`, the flags of observations that
 begin an episode.
+
+With one pool an actor's envs all step, then all wait for their actions. Split (`splits` > 1,
+Sample Factory's double-buffered sampling) the pools take turns: while one waits for its actions
+the others step, so stepping and inference overlap inside one actor. Every env still takes one
+step per unroll row, with the seed it would have in one pool, and the unrolls are the same arrays.
 
 Two kinds:
 
@@ -72,13 +78,31 @@ class ActorSpec:
     of truncated episodes)."""
     lstm: int | None
     """LSTM size of a recurrent policy (its unrolls record the start state), or None."""
+    splits: int = 1
+    """Pools the actor's envs are split into, stepped in turn (see the module docstring); each
+    has `num_threads` threads (at most its envs)."""
 
-    def make_pool(self, seed: int, num_envs: int | None = None) -> Any:
+    def make_pools(self, seed: int) -> list[Any]:
+        """The actor's `splits` pools, env i of the actor seeded `seed + i` as in one pool."""
+        m = self.num_envs // self.splits
+        pools: list[Any] = []
+        try:
+            for k in range(self.splits):
+                pools.append(self.make_pool(seed + k * m, m, min(self.num_threads, m)))
+        except BaseException:
+            for pool in pools:
+                pool.close()
+            raise
+        return pools
+
+    def make_pool(
+        self, seed: int, num_envs: int | None = None, num_threads: int | None = None
+    ) -> Any:
         """The actor's env pool (same-step autoreset: final observations of truncated episodes)."""
         return onebox.envs.make(
             self.env,
             num_envs or self.num_envs,
-            num_threads=self.num_threads,
+            num_threads=num_threads or self.num_threads,
             seed=seed,
             autoreset_mode="SameStep",
             **self.env_options,
@@ -108,42 +132,74 @@ class ActorSpec:
 def collect(
     spec: ActorSpec,
     infer: InferFn,
-    envs: Any,
+    pools: list[Any],
     seed: int,
     buffers: Callable[[], dict[str, np.ndarray] | None],
     publish: Callable[[list[float], list[int]], None],
 ) -> None:
     """The actor loop: fill the arrays `buffers()` gives (None: stop) with one unroll, then
-    `publish(returns, lengths)` it; repeat."""
-    t_len, n = spec.unroll, envs.num_envs
-    ids = np.arange(n)
-    tracker = EpisodeTracker(n)
-    obs, _ = envs.reset(seed=seed)
-    starts = np.ones(n, np.bool_)
+    `publish(returns, lengths)` it; repeat. `pools` (from `spec.make_pools`) hold envs
+    [0, m), [m, 2m), ... of the actor; each row, a pool's results for the row before are
+    taken while the next pool's step is in flight, then its next step is sent."""
+    t_len, m = spec.unroll, pools[0].num_envs
+    ids = [np.arange(k * m, (k + 1) * m) for k in range(len(pools))]
+    tracker = EpisodeTracker(m * len(pools))
+    obs = [np.empty(0)] * len(pools)
+    starts = np.ones(m * len(pools), np.bool_)
+    for k, pool in enumerate(pools):
+        pool.async_reset(seed=seed + k * m)
+    for k, pool in enumerate(pools):
+        first, *_, info = pool.recv()
+        obs[k] = _in_env_order(first, info["env_id"])
+
+    def act(buf: dict[str, np.ndarray], k: int, t: int) -> None:
+        cols = slice(k * m, (k + 1) * m)
+        result = infer(ids[k], obs[k], starts[cols])
+        if t == 0 and result.state is not None:
+            buf["h"][cols], buf["c"][cols] = result.state
+        buf["obs"][t, cols], buf["starts"][t, cols] = obs[k], starts[cols]
+        buf["actions"][t, cols], buf["versions"][t, cols] = result.actions, result.version
+        for key in spec.outputs:
+            buf[f"out.{key}"][t, cols] = result.outputs[key]
+            buf[f"final.{key}"][t, cols] = 0
+        pools[k].send(result.actions)
+
+    def finish(buf: dict[str, np.ndarray], k: int, t: int) -> None:
+        o, reward, term, trunc, info = pools[k].recv()
+        env = k * m + np.asarray(info["env_id"], np.int64)  # the actor's envs, in batch order
+        ends = np.logical_or(term, trunc)
+        starts[env] = ends
+        tracker.update(env, reward, ends, info)
+        buf["rewards"][t, env], buf["terminated"][t, env] = reward, term
+        buf["truncated"][t, env], buf["final_obs"][t, env] = trunc, o
+        for i in np.flatnonzero(ends):
+            buf["final_obs"][t, env[i]] = info["final_obs"][i]
+        obs[k] = _in_env_order(o, env - k * m)
+        cut = env[np.logical_and(trunc, np.logical_not(term))]
+        if len(cut):  # the bootstrap input, from the episodes' own states
+            final = infer(cut, buf["final_obs"][t, cut], np.zeros(len(cut), np.bool_))
+            for key in spec.outputs:
+                buf[f"final.{key}"][t, cut] = final.outputs[key]
+
     while (buf := buffers()) is not None:
         for t in range(t_len):
-            result = infer(ids, obs, starts)
-            if t == 0 and result.state is not None:
-                buf["h"][:], buf["c"][:] = result.state
-            buf["obs"][t], buf["starts"][t] = obs, starts
-            buf["actions"][t], buf["versions"][t] = result.actions, result.version
-            for k in spec.outputs:
-                buf[f"out.{k}"][t] = result.outputs[k]
-                buf[f"final.{k}"][t] = 0
-            obs, reward, term, trunc, info = envs.step(result.actions)
-            starts = np.logical_or(term, trunc)
-            tracker.update(ids, reward, starts, info)
-            buf["rewards"][t], buf["terminated"][t], buf["truncated"][t] = reward, term, trunc
-            buf["final_obs"][t] = obs
-            for i in np.flatnonzero(starts):
-                buf["final_obs"][t, i] = info["final_obs"][i]
-            cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))
-            if len(cut):  # the bootstrap input, from the episodes' own states
-                final = infer(cut, buf["final_obs"][t, cut], np.zeros(len(cut), np.bool_))
-                for k in spec.outputs:
-                    buf[f"final.{k}"][t, cut] = final.outputs[k]
-        buf["next_obs"][:] = obs
+            for k in range(len(pools)):
+                if t:
+                    finish(buf, k, t - 1)
+                act(buf, k, t)
+        for k in range(len(pools)):
+            finish(buf, k, t_len - 1)
+        buf["next_obs"][:] = np.concatenate(obs)
         publish(*tracker.pop())
+
+
+def _in_env_order(batch: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
+    """A whole pool's results `batch`, row i of env `env_ids[i]`, as rows in env order."""
+    if np.array_equal(env_ids, np.arange(len(env_ids))):
+        return batch
+    out = np.empty_like(batch)
+    out[env_ids] = batch
+    return out
 
 
 def actor_critic_policy(net: Any) -> PolicyFn:
@@ -290,20 +346,20 @@ class ThreadActor(threading.Thread):
         )
         self.stop = threading.Event()
         self.error: BaseException | None = None
-        self.envs = spec.make_pool(seed)
-        self._arrays: list[tuple[str, tuple, Any]] = spec.arrays(
-            self.envs.single_observation_space.shape, self.envs.single_observation_space.dtype
-        )
+        self.pools = spec.make_pools(seed)
+        space = self.pools[0].single_observation_space
+        self._arrays: list[tuple[str, tuple, Any]] = spec.arrays(space.shape, space.dtype)
         self._buf: dict[str, np.ndarray] = {}
 
     def run(self) -> None:
         inherit_torch_threads()  # a local policy runs here
         try:
-            collect(self.spec, self.infer, self.envs, self.seed, self._buffers, self._publish)
+            collect(self.spec, self.infer, self.pools, self.seed, self._buffers, self._publish)
         except BaseException as e:  # handed to the learner, which raises it
             self.error = e
         finally:
-            self.envs.close()
+            for pool in self.pools:
+                pool.close()
 
     def _buffers(self) -> dict[str, np.ndarray] | None:
         if self.stop.is_set():
@@ -437,9 +493,13 @@ def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: 
             assert shared is not None, "ProcessActors hands a local policy its weights"
             torch.set_num_threads(1)  # the cores are the pools' and the learner's
             infer = cloudpickle.loads(local)(actor, shared)
-        with spec.make_pool(seed) as envs:
-            collect(spec, infer, envs, seed, buffers,
+        pools = spec.make_pools(seed)
+        try:
+            collect(spec, infer, pools, seed, buffers,
                     lambda returns, lengths: ring.publish(slot[0], returns, lengths))  # fmt: skip
+        finally:
+            for pool in pools:
+                pool.close()
     finally:
         ring.block.close()
         if shared is not None:
