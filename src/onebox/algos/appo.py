@@ -17,7 +17,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -109,7 +108,7 @@ def update(
                     bootstrap, config.gamma, config.rho_bar, config.c_bar)  # fmt: skip
     lag = (server.version - batch["versions"]).float()  # learner version minus behaviour version
     clip = config.clip_coef
-    clipfracs = []
+    clipfracs: list[torch.Tensor] = []  # on the device: no host wait per minibatch
     pg_loss = v_loss = entropy = torch.zeros(())
     for _ in range(config.update_epochs or 1):
         for mb in minibatches(config, net.recurrent, t_len, b, obs.device):
@@ -133,12 +132,12 @@ def update(
             nn.utils.clip_grad_norm_(net.parameters(), config.max_grad_norm or 0.0)
             with server.updating():
                 opt.step()
-            clipfracs.append(((ratio.detach() - 1).abs() > clip).float().mean().item())
+            clipfracs.append(((ratio.detach() - 1).abs() > clip).float().mean())
     return {
         "losses/policy_loss": pg_loss.item(),
         "losses/value_loss": v_loss.item(),
         "losses/entropy": entropy.item(),
-        "losses/clipfrac": float(np.mean(clipfracs)),
+        "losses/clipfrac": torch.stack(clipfracs).mean().item(),
         "losses/mean_rho": vt.rhos.mean().item(),
         "charts/policy_lag": lag.mean().item(),
         "charts/policy_lag_max": lag.max().item(),

@@ -211,7 +211,7 @@ def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
     advantages, returns = advantages.flatten(), returns.flatten()
     clip = config.clip_coef
     assert clip is not None and config.ent_coef is not None and config.update_epochs is not None
-    clipfracs: list[float] = []
+    clipfracs: list[torch.Tensor] = []  # on the device: no host wait per minibatch
     approx_kl = old_approx_kl = torch.zeros(())
     pg_loss = v_loss = entropy_loss = torch.zeros(())
     for _ in range(config.update_epochs):
@@ -221,7 +221,7 @@ def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
             with torch.no_grad():
                 old_approx_kl = (-logratio).mean()
                 approx_kl = ((ratio - 1) - logratio).mean()
-                clipfracs.append(((ratio - 1.0).abs() > clip).float().mean().item())
+                clipfracs.append(((ratio - 1.0).abs() > clip).float().mean())
             adv = advantages[mb]
             if config.norm_adv:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -249,7 +249,7 @@ def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
         "losses/entropy": entropy_loss.item(),
         "losses/old_approx_kl": old_approx_kl.item(),
         "losses/approx_kl": approx_kl.item(),
-        "losses/clipfrac": float(np.mean(clipfracs)),
+        "losses/clipfrac": torch.stack(clipfracs).mean().item(),
         "losses/explained_variance": explained,
     }
 
