@@ -59,6 +59,9 @@ def test_cpu_staging_never_pins_and_keeps_dtype() -> None:
     assert np.shares_memory(out.numpy(), obs)  # no copy at all on the CPU
     assert not staging._rings  # no pinned buffer was made
     assert Staging(torch.device("cuda")).pinned  # the choice alone: no GPU needed for it
+    host = staging.host_array((3, 4), np.uint8)
+    assert host.shape == (3, 4) and host.dtype == np.uint8 and not host.any()
+    assert np.shares_memory(staging(host[:2]).numpy(), host)
 
 
 def test_side_stream_is_a_no_op_on_the_cpu() -> None:
@@ -146,6 +149,14 @@ def test_cuda_staging_pins_and_equals_the_host() -> None:
     assert all(buf.is_pinned() and len(buf) == 20 for buf, _ in ring)
     host = obs.astype(np.float32) * np.float32(1.0 / 255.0)
     np.testing.assert_array_equal(scale_images(out).cpu().numpy(), host)
+    # A host array of its own is pinned and sent from where it is, not through the ring.
+    pinned = staging.host_array((6, 4, 84, 84), np.uint8)
+    assert torch.from_numpy(pinned).is_pinned() and not pinned.any()
+    pinned[:] = images(6, seed=99)
+    turn = dict(staging._turn)
+    out = staging(pinned[:5])
+    np.testing.assert_array_equal(out.cpu().numpy(), pinned[:5])
+    assert staging._turn == turn  # no ring buffer taken
 
 
 @cuda

@@ -80,7 +80,8 @@ class SlotGroup:
         self.pool, self.lo, self.size = pool, lo, size
         self.num_envs = pool.num_envs
         dtype = pool.single_observation_space.dtype
-        self.obs = np.zeros((size, *obs_shape), dtype=dtype)
+        self.staging = Staging(device)  # on CUDA: pinned buffers, non-blocking copies
+        self.obs = self.staging.host_array((size, *obs_shape), dtype)  # sent as it is
         self.first_obs = np.zeros((self.num_envs, *obs_shape), dtype=dtype)
         self.resetting = np.zeros(self.num_envs, dtype=bool)  # env seeds: ended, reset next step
         self.slot_pair = np.full(size, -1, dtype=np.int64)
@@ -98,7 +99,6 @@ class SlotGroup:
         """This group's seconds (it may run in a thread): in the env engine ("env"), the networks
         ("inference"), waiting for parameters ("params") and the rest of its loop ("other":
         bookkeeping, copies, waiting for the GIL), which add up to the time it played."""
-        self.staging = Staging(device)  # on CUDA: pinned buffers, non-blocking copies
         self.prefetch: Prefetch  # this play's parameter rows, in `pairs` order
 
 

@@ -113,6 +113,8 @@ class Staging:
         host = torch.as_tensor(array)
         if host.ndim == 0:
             raise ValueError("Staging takes batches (arrays with a leading axis)")
+        if host.is_pinned():  # a `host_array`: copied from where it is
+            return host.to(self.device, non_blocking=True)
         key = (tuple(host.shape[1:]), host.dtype)
         ring = self._rings.get(key)
         if ring is None:
@@ -129,6 +131,14 @@ class Staging:
         out = buffer.to(self.device, non_blocking=True)
         slot[1].record()
         return out
+
+    def host_array(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A zeroed numpy array for batches that are written on the host and then sent: on CUDA
+        in pinned memory, which `__call__` copies to the device directly, with no staging copy
+        (write it again only once work queued after that copy has been waited for, e.g. by
+        fetching actions computed from it); on the CPU a plain array."""
+        array = np.zeros(shape, dtype)
+        return torch.from_numpy(array).pin_memory().numpy() if self.pinned else array
 
 
 class SideStream:
