@@ -95,27 +95,34 @@ def test_cnn_forward_matches_per_network_convolutions(conv: str) -> None:
         torch.testing.assert_close(out[k], x[0], rtol=1e-4, atol=1e-5)
 
 
+MINATAR_SPACE = spaces.Box(0, 1, (10, 10, 4), dtype=np.bool_)
+
+
 @pytest.mark.parametrize(
-    ("arch", "space", "conv"),
-    [("minatar", spaces.Box(0, 1, (10, 10, 4), dtype=np.bool_), "grouped"),
-     ("minatar", spaces.Box(0, 1, (10, 10, 4), dtype=np.bool_), "im2col"),
-     ("mlp", spaces.Box(-1, 1, (6,)), "auto")],
+    ("arch", "space", "conv", "hidden", "actions"),
+    [("minatar", MINATAR_SPACE, "grouped", (128,), 6),
+     ("minatar", MINATAR_SPACE, "im2col", (16,), 3),
+     ("mlp", spaces.Box(-1, 1, (6,)), "auto", (64, 20), 5),
+     ("cnn", spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8), "grouped", (512,), 6)],
 )  # fmt: skip
 def test_a_network_computes_the_same_bits_whatever_runs_beside_it(
-    arch: str, space: spaces.Box, conv: str
+    arch: str, space: spaces.Box, conv: str, hidden: tuple[int, ...], actions: int
 ) -> None:
-    """The slot groups run 1 to K/G networks per call as episodes end: a network's outputs must
-    be the same bits in every batch, or a near-tie between two actions can turn the other way
-    and a fitness depend on K (it did for a lone MinAtar network in a grouped convolution, which
-    oneDNN computed as a plain one). The Nature CNN's grouped convolutions on the CPU do not
-    hold this: oneDNN rounds small group counts differently (README, "Evolution")."""
-    net = PopulationNet(arch, space, spaces.Discrete(4), 16, hidden=(16,), conv=conv)
+    """The slot groups run 1 to K/G networks per call as episodes end, each group from its own
+    first slot: a network's outputs must be the same bits in every batch and at every position
+    in it, or a near-tie between two actions can turn the other way and a fitness depend on K.
+    Two ways that failed before: a lone MinAtar network in a grouped convolution (oneDNN
+    computed it as a plain one), and dense layers whose width is not a multiple of 8 (Pong's
+    and Seaquest's 6 actions), which torch's batched matmul computed differently by position."""
+    net = PopulationNet(arch, space, spaces.Discrete(actions), 16, hidden=hidden, conv=conv)
     net.set_slots(slice(None), torch.stack([net.init_params(i) for i in range(16)]))
     space.seed(0)
     obs = torch.as_tensor(np.stack([space.sample() for _ in range(16)]))
     full = net.forward(obs, slice(0, 16))
-    for n in (1, 2, 3, 8):
-        assert torch.equal(net.forward(obs[:n], slice(0, n)), full[:n])
+    for first in (0, 1, 3, 5):
+        for n in (1, 2, 3, 8):
+            part = slice(first, first + n)
+            assert torch.equal(net.forward(obs[part], part), full[part]), (first, n)
 
 
 def test_continuous_actions_stay_in_bounds() -> None:

@@ -45,6 +45,14 @@ NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 MINATAR_CONVS = ((16, 3, 1),)
 """(channels, kernel, stride) of the MinAtar network's conv layer."""
 
+DENSE_WIDTH_STEP = 8
+"""Dense layers are stored and computed with their outputs padded to a multiple of this many
+(zeros). torch's CPU batched matmul (one row per network) computes a network whose output width
+is not a multiple of 8 (Pong's 6 actions from 512 units, MinAtar Seaquest's 6 from 128)
+differently by its position in the batch, so its actions could depend on the slot it plays in;
+padded, every network's outputs are the same bits in any batch and at any position (measured on
+a 2-core AMD EPYC for widths 1 to 512 and 1 and 2 threads; tests/test_evo.py)."""
+
 
 @dataclass(frozen=True)
 class Layer:
@@ -168,15 +176,27 @@ class PopulationNet:
             scales += [torch.full((math.prod(lay.weight),), fan_in**-0.5), torch.zeros(lay.bias)]
         self._init_scales = {torch.device("cpu"): torch.cat(scales)}
         """Per device: each parameter's standard deviation in a fresh individual."""
-        self.weights = [
-            torch.zeros((num_slots, *lay.weight), device=self.device, dtype=self.dtype)
-            for lay in self.layers
+        # Dense layers are stored with their outputs padded to a multiple of DENSE_WIDTH_STEP
+        # (zeros that nothing writes); `weights` and `biases` are the layers' own views of that.
+        self._pads = [-lay.weight[-1] % DENSE_WIDTH_STEP if lay.kind == "dense" else 0
+                      for lay in self.layers]  # fmt: skip
+        self._stored_weights = [
+            torch.zeros(
+                (num_slots, *lay.weight[:-1], lay.weight[-1] + pad),
+                device=self.device,
+                dtype=self.dtype,
+            )
+            for lay, pad in zip(self.layers, self._pads, strict=True)
         ]
-        self.biases = [
-            torch.zeros((num_slots, *lay.bias), device=self.device, dtype=self.dtype)
-            for lay in self.layers
+        stored_biases = [
+            torch.zeros((num_slots, lay.bias[0] + pad), device=self.device, dtype=self.dtype)
+            for lay, pad in zip(self.layers, self._pads, strict=True)
         ]
-        self._bias3 = [b.unsqueeze(1) for b in self.biases]  # (slots, 1, out) views for baddbmm
+        self.weights = [w[..., : w.shape[-1] - pad]
+                        for w, pad in zip(self._stored_weights, self._pads, strict=True)]  # fmt: skip
+        self.biases = [b[:, : b.shape[1] - pad]
+                       for b, pad in zip(stored_biases, self._pads, strict=True)]  # fmt: skip
+        self._bias3 = [b.unsqueeze(1) for b in stored_biases]  # (slots, 1, out) for baddbmm
         self._tensors = [t for pair in zip(self.weights, self.biases, strict=True) for t in pair]
         self._sizes = [math.prod(t.shape[1:]) for t in self._tensors]
         self.obs_mean: torch.Tensor | None = None
@@ -270,11 +290,13 @@ class PopulationNet:
             x = x.to(self.dtype)
         last = len(self.layers) - 1
         for k, lay in enumerate(self.layers):
-            w = self.weights[k][slots]
+            w = self._stored_weights[k][slots]
             if lay.kind == "dense":
                 if x.ndim != 3:
                     x = x.reshape(n, 1, -1)
                 x = torch.baddbmm(self._bias3[k][slots], x, w)
+                if self._pads[k]:
+                    x = x[..., : lay.weight[-1]]
                 if k < last:
                     x = torch.tanh_(x) if self.arch == "mlp" else torch.relu_(x)
             else:
