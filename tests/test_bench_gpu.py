@@ -1,9 +1,11 @@
 """`onebox bench gpu` (the GPU suite) without a GPU: it refuses to pass a CPU off as a GPU, a
 `--tiny --device cpu` dry run says so at the top of its report, and parts past the deadline are
-reported skipped. (The whole dry run, every part: `benchmarks/gpu.sh OUT --tiny --device cpu`.)"""
+reported skipped, as are a part's rows past it. (The whole dry run, every part:
+`benchmarks/gpu.sh OUT --tiny --device cpu`.)"""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,16 @@ def test_parts_past_the_deadline_are_reported_skipped(tmp_path: Path) -> None:
     report = (out / "report.md").read_text()
     assert "## envs\n\nSkipped: less than a minute was left before the deadline." in report
     assert "## Learning run\n\nSkipped: less than half a minute" in report
+
+
+def test_rows_past_the_deadline_are_reported_not_run(tmp_path: Path) -> None:
+    # 70 s left: the evolve part starts (a minute is its floor) and runs its first row, the one
+    # most wanted; the others need 80 s and are listed as not run.
+    out = tmp_path / "report"
+    deadline = str(time.time() + 70)
+    assert cli.main(["bench", "gpu", "--tiny", "--device", "cpu", "--out", str(out),
+                     "--env-threads", "1", "--parts", "evolve", "--deadline", deadline]) == 0  # fmt: skip
+    section = (out / "report.md").read_text().split("## Evolution", 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| float32 | env | 2 of")]
+    assert len(rows) == 1
+    assert "Not run, the deadline being near: float32, env seeds, 4 groups;" in section

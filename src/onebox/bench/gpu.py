@@ -123,7 +123,7 @@ def run(config: GpuBenchConfig) -> int:
     for part in (p for p in PARTS if p in config.parts):
         t0 = time.perf_counter()
         console.print(f"[bold]{part}[/bold] ...")
-        if part != "learn" and config.deadline is not None and time.time() > config.deadline - 60:
+        if part != "learn" and _out_of_time(config, 60):
             body = f"## {part}\n\nSkipped: less than a minute was left before the deadline."
         else:
             try:
@@ -141,6 +141,18 @@ def run(config: GpuBenchConfig) -> int:
         console.print(f"[red]failed: {', '.join(failed)}[/red] (the report shows why)")
         return 1
     return 0
+
+
+def _out_of_time(config: GpuBenchConfig, seconds: float) -> bool:
+    """Whether less than `seconds` are left before the suite's deadline."""
+    return config.deadline is not None and time.time() > config.deadline - seconds
+
+
+def _skipped(labels: list[str]) -> list[str]:
+    """The report's line for the rows of a part left out at the deadline (none: nothing)."""
+    if not labels:
+        return []
+    return ["", f"Not run, the deadline being near: {'; '.join(labels)}."]
 
 
 def _header(config: GpuBenchConfig, device: torch.device) -> str:
@@ -281,11 +293,14 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
             ("APPO, throughput, 2 env splits", "appo", None, "float32", shape, False, False, 2),
             ("APPO, throughput, process actors", "appo", None, "float32", shape, False, True,
              1)]  # fmt: skip
-    rows = []
+    rows, skipped = [], []
     with tempfile.TemporaryDirectory() as root:
         for k, (label, mode, num_envs, precision, shape, compiled, procs, splits) in enumerate(
             runs
         ):
+            if rows and _out_of_time(config, 30):
+                skipped.append(f"{label} ({mode}, {precision})")
+                continue
             bench = train.TrainBenchConfig(env=ENV, modes=(mode,), iterations=size["iterations"],
                                            num_envs=num_envs, num_steps=size["steps"],
                                            num_threads=config.env_threads,
@@ -320,7 +335,7 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
         f"alone: the same number of envs stepped by onebox ({config.env_threads} threads) with "
         "random actions, sync for the sync sampler, async otherwise. For APPO, SPS is also the "
         "inference server's rate and updates/s the learner's, measured together.", "",
-        _table(header, rows),
+        _table(header, rows), *_skipped(skipped),
     ])  # fmt: skip
 
 
@@ -366,11 +381,15 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         auto = PopulationNet.conv_for(device, dtype)
         ms = {conv: evolve.forward_ms(bench, group, conv) for conv in ("grouped", "im2col")}
         calls.append([dtype, f"{ms['grouped']:.2f} ms", f"{ms['im2col']:.2f} ms", auto])
-    rows = []
+    rows, skipped = [], []
     # Groups of `group` slots each, two to four of them: more pools in flight, batches as large.
-    for dtype, seeds, groups in (("float32", "pair", 2), ("float32", "env", 2),
-                                 ("float32", "env", 3), ("float32", "env", 4),
+    # The rows most wanted first: a row takes about 70 s, and those past the deadline are left.
+    for dtype, seeds, groups in (("float32", "env", 2), ("float32", "env", 4),
+                                 ("float32", "env", 3), ("float32", "pair", 2),
                                  ("bfloat16", "env", 2)):  # fmt: skip
+        if rows and _out_of_time(config, 80):
+            skipped.append(f"{dtype}, {seeds} seeds, {groups} groups")
+            continue
         slots = group * groups
         bench = evolve.resolve(evolve.EvolveBenchConfig(
             env=ENV, population=size["population"], num_slots=(slots,),
@@ -402,7 +421,7 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         "parameters, made ahead on a helper thread: here each a fresh random network, a slice of "
         "the shared noise table), other (the rest of the group's loop: bookkeeping, copies, "
         "waiting for the GIL); the env share is what is left.", "",
-        _table(header, rows), "",
+        _table(header, rows), *_skipped(skipped), "",
         f"The population forward alone (`bench.evolve.forward_ms`): {group} networks (one slot "
         "group) each on its own observation already on the device, actions fetched to the host; "
         "conv layers as one grouped `conv2d` or as `unfold` + one `baddbmm` (im2col); auto: "
