@@ -93,7 +93,8 @@ class Staging:
 
     Arrays are batches (a leading axis); those of one row shape and dtype share a ring of `RING`
     pinned buffers, each as long as the longest batch it has held, so batches of any length
-    (a double-buffered sampler's, a slot group's running prefix) cost no new pinned memory."""
+    (a double-buffered sampler's) cost no new pinned memory. An array of `host_array` (a slot
+    group's observations) is pinned already and copied from where it is."""
 
     RING = 3
     """Pinned buffers per row shape and dtype: a buffer is reused 3 transfers later."""

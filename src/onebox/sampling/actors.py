@@ -3,11 +3,11 @@ the stream into unrolls (`onebox.sampling.Rollout`s of numpy arrays), which they
 channel (a FIFO for IMPALA/APPO, a replay table for Ape-X: the actor code is the same).
 
 An actor owns an env pool, or `ActorSpec.splits` pools that share its envs between them. Each
-step it asks for actions (from the `InferenceServer`, or from its
-own copy of the network synced from the learner) and records observations, actions, the policy's
-other named outputs (log-probabilities and values, or Q-values), rewards, `terminated` and
-`truncated` apart, the observation each step led to (the final one where an episode ended) and
-the weights' version that chose each action. Where an episode was truncated it also asks the
+step it asks for actions (from the `InferenceServer`, or from its own copy of the network synced
+from the learner) and records observations, actions, the policy's other named outputs
+(log-probabilities and values, or Q-values), rewards, `terminated` and `truncated` apart, the
+observation each step led to (the final one where an episode ended) and the weights' version
+that chose each action. Where an episode was truncated it also asks the
 policy about the final observation (as for an action, so a recurrent policy sees it from the
 episode's own state) and records those outputs as `final`: the learner's bootstrap input. The
 actor bootstraps nothing: each learner does that once, in its own transform. With an LSTM, the
@@ -143,6 +143,7 @@ def collect(
     taken while the next pool's step is in flight, then its next step is sent."""
     t_len, m = spec.unroll, pools[0].num_envs
     ids = [np.arange(k * m, (k + 1) * m) for k in range(len(pools))]
+    cols = [slice(k * m, (k + 1) * m) for k in range(len(pools))]
     tracker = EpisodeTracker(m * len(pools))
     obs = [np.empty(0)] * len(pools)
     starts = np.ones(m * len(pools), np.bool_)
@@ -153,15 +154,15 @@ def collect(
         obs[k] = _in_env_order(first, info["env_id"])
 
     def act(buf: dict[str, np.ndarray], k: int, t: int) -> None:
-        cols = slice(k * m, (k + 1) * m)
-        result = infer(ids[k], obs[k], starts[cols])
+        c = cols[k]
+        result = infer(ids[k], obs[k], starts[c])
         if t == 0 and result.state is not None:
-            buf["h"][cols], buf["c"][cols] = result.state
-        buf["obs"][t, cols], buf["starts"][t, cols] = obs[k], starts[cols]
-        buf["actions"][t, cols], buf["versions"][t, cols] = result.actions, result.version
+            buf["h"][c], buf["c"][c] = result.state
+        buf["obs"][t, c], buf["starts"][t, c] = obs[k], starts[c]
+        buf["actions"][t, c], buf["versions"][t, c] = result.actions, result.version
         for key in spec.outputs:
-            buf[f"out.{key}"][t, cols] = result.outputs[key]
-            buf[f"final.{key}"][t, cols] = 0
+            buf[f"out.{key}"][t, c] = result.outputs[key]
+            buf[f"final.{key}"][t, c] = 0
         pools[k].send(result.actions)
 
     def finish(buf: dict[str, np.ndarray], k: int, t: int) -> None:
