@@ -71,6 +71,17 @@ def test_run_logs_checkpoints_evaluates_and_resumes(tmp_path: Path, capsys) -> N
     assert "2 episodes" in capsys.readouterr().out
 
 
+def test_the_server_batches_one_env_split_of_every_actor(tmp_path: Path) -> None:
+    # An actor asks for one of its env splits at a time: with 2 actors of 2 splits of 4 envs, a
+    # batch is full at 8 envs (one split of each), not at the 16 that never wait at once.
+    run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "1600", "--actors", "2",
+                    "--envs-per-actor", "8", "--env-splits", "2", algo="appo")  # fmt: skip
+    log = (run_dir / "log.txt").read_text()
+    assert "batched, up to 8 envs a call" in log
+    batches = [v for _, v in metric(run_dir, "charts/inference_batch")]
+    assert batches and all(1 <= b <= 8 for b in batches), batches
+
+
 def test_process_actors_run_their_own_recurrent_policies_on_the_published_weights(
     tmp_path: Path,
 ) -> None:

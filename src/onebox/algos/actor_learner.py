@@ -139,12 +139,20 @@ def actors_net(config: Any, net: torch.nn.Module) -> torch.nn.Module:
     return net
 
 
+def server_batch(config: Any) -> int:
+    """The inference server's largest batch: one request from every actor, at most
+    `--max-batch`. An actor asks for one of its env splits at a time, so a batch is full once
+    every actor has asked, and none then waits out `--timeout-ms`."""
+    return min(config.max_batch, config.actors * (config.envs_per_actor // config.env_splits))
+
+
 def actors_note(config: Any) -> str:
     """Where a run's actors run and where their actions come from, for its log."""
     where = "threads" if not config.process_actors else "processes"
     where = where if config.ray is None else "on Ray actor hosts"
     if config.inference == "central":
-        how = "their actions from the learner's inference server, batched (--inference central)"
+        how = (f"their actions from the learner's inference server, batched, up to "
+               f"{server_batch(config)} envs a call (--inference central)")  # fmt: skip
     else:
         how = (f"each with its own copy of the network (--inference local), reloaded every "
                f"{config.sync_every} learner update(s)")  # fmt: skip
@@ -240,10 +248,8 @@ def _train(
             session.logger.note(global_step, parts.note)
         if refilled:
             offpolicy.note_refill(session.logger, global_step, config)
-        # A batch is full once every actor has asked: no actor then waits out the timeout.
         n = spec.num_envs
-        max_batch = min(config.max_batch, config.actors * n)
-        server = InferenceServer(learner.policy, obs_space, act_space, max_batch,
+        server = InferenceServer(learner.policy, obs_space, act_space, server_batch(config),
                                  config.timeout_ms, device, lstm=spec.lstm,
                                  max_restarts=config.actor_restarts,
                                  outputs=learner.outputs)  # fmt: skip
@@ -263,6 +269,8 @@ def _train(
                     local(a, weights) if local is not None else functools.partial(server.infer, a)
                 )
                 threads.append(ThreadActor(a, spec, infer, channel, seeds[a]))
+
+        served_before = (0, 0)  # the server's policy calls and envs served at the last log
 
         def check() -> bool:  # while waiting for the channel: raise a failed actor's error
             for actor in threads:
@@ -302,6 +310,13 @@ def _train(
                 session.episodes(global_step, returns, lengths)
                 if updates % parts.log_every == 0:
                     stats.update({"charts/updates": updates, **session.rates(global_step)})
+                    calls, served = (
+                        server.calls - served_before[0],
+                        server.env_steps - served_before[1],
+                    )
+                    served_before = (server.calls, server.env_steps)
+                    if calls:
+                        stats["charts/inference_batch"] = served / calls
                     if procs is not None:
                         stats["charts/actor_restarts"] = procs.restarts()
                     if hosts is not None:
