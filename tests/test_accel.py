@@ -18,7 +18,7 @@ from gymnasium import spaces
 
 from onebox import cli, run
 from onebox.algos import ppo
-from onebox.nn.accel import Accel, FastPolicy, SideStream, Staging, scale_images
+from onebox.nn.accel import Accel, FastPolicy, SideStream, Staging, scale_images, to_host
 from onebox.nn.networks import ActorCritic, QNetwork, RecurrentQNetwork, SquashedGaussianActor
 from onebox.nn.population import PopulationNet
 
@@ -62,6 +62,14 @@ def test_cpu_staging_never_pins_and_keeps_dtype() -> None:
     host = staging.host_array((3, 4), np.uint8)
     assert host.shape == (3, 4) and host.dtype == np.uint8 and not host.any()
     assert np.shares_memory(staging(host[:2]).numpy(), host)
+
+
+def test_to_host_on_the_cpu_shares_memory_and_keeps_dtypes() -> None:
+    out = {"actions": torch.arange(5), "values": torch.linspace(0, 1, 5)}
+    host = to_host(out)
+    assert host["actions"].dtype == np.int64 and host["values"].dtype == np.float32
+    assert np.shares_memory(host["values"], out["values"].numpy())  # nothing copied
+    np.testing.assert_array_equal(host["actions"], np.arange(5))
 
 
 def test_side_stream_is_a_no_op_on_the_cpu() -> None:
@@ -157,6 +165,19 @@ def test_cuda_staging_pins_and_equals_the_host() -> None:
     out = staging(pinned[:5])
     np.testing.assert_array_equal(out.cpu().numpy(), pinned[:5])
     assert staging._turn == turn  # no ring buffer taken
+
+
+@cuda
+@needs_cuda
+def test_cuda_to_host_fetches_every_output_after_one_wait() -> None:
+    x = torch.randn(4096, 512, device="cuda")
+    y = x @ x.T  # queued work the fetch must wait for
+    out = {"actions": y.argmax(1), "values": y.max(1).values, "state": x[:, :3]}
+    host = to_host(out)
+    for k, v in out.items():
+        want = v.cpu().numpy()
+        assert host[k].dtype == want.dtype
+        np.testing.assert_array_equal(host[k], want)
 
 
 @cuda

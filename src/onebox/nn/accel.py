@@ -13,6 +13,8 @@
   sampler's view of an `ActorCritic` under that precision, with its fixed-shape forward compiled
   by `torch.compile` for `--compile` (mode "reduce-overhead", i.e. CUDA graphs, on CUDA), and
   `setup()` turns on TF32 matrix products on CUDA for float32 runs.
+- `to_host`: a policy call's output tensors as numpy arrays with one wait for the device (on CUDA
+  every copy is queued, then the stream synchronized once) rather than one per tensor.
 - `resolve_device`: a `--device` value as a torch device ("auto": CUDA where there is a GPU), or
   a ValueError saying what is wrong with it.
 - `SideStream`: a CUDA stream for a thread that runs inference beside a learner on the same GPU
@@ -140,6 +142,19 @@ class Staging:
         fetching actions computed from it); on the CPU a plain array."""
         array = np.zeros(shape, dtype)
         return torch.from_numpy(array).pin_memory().numpy() if self.pinned else array
+
+
+def to_host(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """`tensors` as numpy arrays on the host. On CUDA each is copied non-blocking (into pinned
+    memory) and the calling thread's stream is synchronized once for all of them, where a
+    `.cpu()` each would wait for the device once per tensor; on the CPU nothing is copied."""
+    devices = {t.device for t in tensors.values() if t.device.type == "cuda"}
+    if not devices:
+        return {k: t.detach().cpu().numpy() for k, t in tensors.items()}
+    host = {k: t.detach().to("cpu", non_blocking=True) for k, t in tensors.items()}
+    for device in devices:
+        torch.cuda.current_stream(device).synchronize()
+    return {k: t.numpy() for k, t in host.items()}
 
 
 class SideStream:

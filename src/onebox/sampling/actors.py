@@ -48,7 +48,7 @@ from torch import nn
 
 import onebox.envs
 from onebox.envs.shm import Block, Layout
-from onebox.nn.accel import inherit_torch_threads
+from onebox.nn.accel import inherit_torch_threads, to_host
 from onebox.sampling.actor_client import ActorClient, InferResult, OutputSpec
 from onebox.sampling.inference import EnvStates, InferenceServer, PolicyFn
 from onebox.sampling.rollout import Rollout
@@ -322,13 +322,16 @@ class LocalPolicy:
         if self.states is None:
             rows = torch.as_tensor(ids, device=self.device)
             out = self.policy(x, torch.full_like(rows, self.actor_id), rows)
-            start = None
+            fetch = out
         else:
             rows, state0 = self.states.before(ids, starts)
             out, state1 = self.policy(x, torch.full_like(rows, self.actor_id), rows, state0)
             self.states.after(rows, state1)
-            start = (state0[0].cpu().numpy(), state0[1].cpu().numpy())
-        outputs = {k: v.cpu().numpy() for k, v in out.items()}
+            fetch = {**out, "state.h": state0[0], "state.c": state0[1]}
+        outputs = to_host(fetch)  # one wait for the device
+        start = None
+        if self.states is not None:
+            start = (outputs.pop("state.h"), outputs.pop("state.c"))
         return InferResult(outputs.pop("actions"), outputs, version, start)
 
 

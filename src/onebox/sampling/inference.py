@@ -52,7 +52,7 @@ import torch
 from gymnasium import spaces
 
 from onebox.envs.shm import Block
-from onebox.nn.accel import SideStream, Staging, inherit_torch_threads
+from onebox.nn.accel import SideStream, Staging, inherit_torch_threads, to_host
 from onebox.sampling.actor_client import (
     DONE,
     REQUEST,
@@ -494,12 +494,12 @@ class InferenceServer:
     def _run(self, batch: list[_Request], n: int) -> None:
         """One policy call for the requests of `batch` (n envs in all); answer each."""
         obs = batch[0].obs if len(batch) == 1 else np.concatenate([r.obs for r in batch])
-        x = self._staging(obs)
-        actor_ids = torch.as_tensor(
-            np.concatenate([np.full(len(r.env_ids), r.actor, np.int64) for r in batch]),
-            device=self.device,
+        x = self._staging(obs)  # on CUDA, these three copies are queued: the host waits once,
+        # for the outputs (`to_host`)
+        actor_ids = self._staging(
+            np.concatenate([np.full(len(r.env_ids), r.actor, np.int64) for r in batch])
         )
-        env_ids = torch.as_tensor(np.concatenate([r.env_ids for r in batch]), device=self.device)
+        env_ids = self._staging(np.concatenate([r.env_ids for r in batch]).astype(np.int64))
         if self.lstm is not None:
             rows = []
             for r in batch:
@@ -517,7 +517,8 @@ class InferenceServer:
                     out = self.policy_fn(x, actor_ids, env_ids)
                 else:
                     out, (h1, c1) = self.policy_fn(x, actor_ids, env_ids, (h0, c0))
-            outputs = self._check_outputs(out, n)
+            fetched = {"h0": h0, "c0": c0} if self.lstm is not None else {}
+            outputs = self._check_outputs(out, n, fetched)
         except Exception as e:
             self.error = f"the policy failed in the inference server: {type(e).__name__}: {e}"
             for r in batch:
@@ -531,7 +532,7 @@ class InferenceServer:
         self.env_steps += n
         if self.lstm is not None:
             start = 0
-            h0n, c0n = h0.cpu().numpy(), c0.cpu().numpy()
+            h0n, c0n = fetched["h0"], fetched["c0"]
             for states, ids, _ in rows:
                 end = start + len(ids)
                 states.after(ids, (h1[start:end], c1[start:end]))
@@ -556,15 +557,19 @@ class InferenceServer:
                     os.write(r.proc.resp.fileno(), DONE)
             start = end
 
-    def _check_outputs(self, out: Any, n: int) -> dict[str, np.ndarray]:
-        """The policy's outputs as numpy arrays of the declared shapes and dtypes, or ValueError."""
+    def _check_outputs(self, out: Any, n: int, fetched: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The policy's outputs as numpy arrays of the declared shapes and dtypes, or ValueError;
+        the tensors of `fetched` are fetched with them (one wait for the device) and replaced in
+        it by their arrays."""
         want = {"actions": (self._act_shape, self._act_dtype), **self.outputs}
         if not isinstance(out, dict) or set(out) != set(want):
             got = sorted(out) if isinstance(out, dict) else type(out).__name__
             raise ValueError(f"policy_fn must return a dict with keys {sorted(want)}, got {got}")
+        host = to_host({**out, **{f"state.{k}": v for k, v in fetched.items()}})
+        fetched.update({k: host.pop(f"state.{k}") for k in list(fetched)})
         arrays = {}
         for k, (shape, dtype) in want.items():
-            arrays[k] = np.asarray(out[k].cpu().numpy(), dtype)
+            arrays[k] = np.asarray(host[k], dtype)
             if arrays[k].shape != (n, *shape):
                 raise ValueError(
                     f"policy_fn returned {k} of shape {arrays[k].shape} for {n} observations; "
