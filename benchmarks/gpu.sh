@@ -91,10 +91,10 @@ if [ "${ONEBOX_GPU_TESTS:-1}" = 0 ]; then
   echo "CUDA tests left out (ONEBOX_GPU_TESTS=0)" >"$OUT/cuda-tests.txt"
 else
 set +e
-timeout 240 $PY -m pytest -m cuda tests/test_accel.py -q -p no:cacheprovider >"$OUT/cuda-tests.log" 2>&1
+timeout 240 $PY -m pytest -m cuda tests/test_accel.py tests/test_noise.py tests/test_evo_atari.py -q -p no:cacheprovider >"$OUT/cuda-tests.log" 2>&1
 code=$?
 set -e
-{ echo "pytest -m cuda tests/test_accel.py (exit code $code):"; tail -n 15 "$OUT/cuda-tests.log"; } >"$OUT/cuda-tests.txt"
+{ echo "pytest -m cuda tests/test_accel.py tests/test_noise.py tests/test_evo_atari.py (exit code $code):"; tail -n 15 "$OUT/cuda-tests.log"; } >"$OUT/cuda-tests.txt"
 note "CUDA tests: exit code $code ($(tail -n 1 "$OUT/cuda-tests.log"))"
 fi
 

@@ -312,3 +312,28 @@ def test_bench_evolve_atari_mode_writes_a_section(tmp_path: Path) -> None:
     text = out.read_text()
     assert "bench:evolve:Pong-v5:cnn:cpu" in text and "of cnn 16" in text
     assert "seeded reset" in text and "--arch cnn" in text  # the command spells out defaults
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_slot_groups_on_their_own_streams_play_as_on_the_cpu() -> None:
+    """On CUDA each slot group queues its work on its own stream, and the parameters it loads
+    are made on the default stream by its prefetch helper. A missed wait (actions from
+    observations not yet copied, networks not yet loaded) would change most fitnesses; float32
+    on CUDA against the CPU may flip an action on a near-tie, so one pair of six may differ."""
+    tf32, torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.allow_tf32, False
+    try:
+        runs = []
+        for device, slots, groups in (("cpu", 2, 2), ("cuda", 2, 2), ("cuda", 6, 3)):
+            with PopulationEvaluator(
+                "Asterix-v5", num_slots=slots, slot_groups=groups, num_threads=1,
+                hidden=(16,), max_episode_steps=210, device=device,
+            ) as ev:  # fmt: skip
+                params = torch.stack([ev.net.init_params(100 + i) for i in range(3)])
+                runs.append(ev.evaluate(params.to(device), 2, seed=5))
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+    cpu = runs[0]
+    for r in runs[1:]:
+        same = (r.returns == cpu.returns) & (r.lengths == cpu.lengths)
+        assert same.sum() >= 5, (r.returns, cpu.returns)

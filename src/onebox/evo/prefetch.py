@@ -76,6 +76,13 @@ class Prefetch:
                 raise item
             self._room.release()
             rows.append(item)
+        if rows and rows[0].is_cuda:  # made on the default stream by the helper: the calling
+            # thread's stream (a slot group's own) waits for them, and their memory is not
+            # reused before it has read them
+            here = torch.cuda.current_stream(rows[0].device)
+            here.wait_stream(torch.cuda.default_stream(rows[0].device))
+            for row in rows:
+                row.record_stream(here)
         return torch.stack(rows)
 
     def close(self) -> None:

@@ -29,7 +29,8 @@ The envs are driven in one of two ways, by backend:
   (`AtariEnvPool.reset_envs`), for which ALE reloads the ROM (about 0.1 s of
   CPU per episode: the price of fitnesses that do not depend on K). A reset blocks its group's
   pool, so each group runs in its own thread (ALE and torch release the GIL) and one group's
-  resets overlap the other's steps and inference. Without `pair_seeds` (`episode_seeds="env"`)
+  resets overlap the other's steps and inference; on CUDA each group's GPU work goes on a
+  stream of its own (`SlotGroup.own_stream`). Without `pair_seeds` (`episode_seeds="env"`)
   each `play` resets a group's whole pool once, env e with the seed of the group's e-th pair (so
   each group's first pairs play as with pair seeds), and no reset is called after that: an env
   whose episode ended is sent a no-op at the next step, which is ALE's own unseeded reset of it
@@ -95,11 +96,30 @@ class SlotGroup:
         self.running = 0  # slots [0, running) play episodes; the rest are free
         self.idle: list[int] = []  # resets: envs without a pair, for the next pairs (env seeds:
         # each just reset, its first observation in first_obs)
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.timing = TimeSplit()
         """This group's seconds (it may run in a thread): in the env engine ("env"), the networks
         ("inference"), waiting for parameters ("params") and the rest of its loop ("other":
         bookkeeping, copies, waiting for the GIL), which add up to the time it played."""
         self.prefetch: Prefetch  # this play's parameter rows, in `pairs` order
+
+    @contextlib.contextmanager
+    def own_stream(self) -> Iterator[None]:
+        """On CUDA, the calling thread queues its GPU work on this group's own stream, so that
+        fetching the group's actions waits for its own networks alone (on one stream it would
+        also wait for every other group's work queued before), and groups' networks can run at
+        once. The stream first waits for the work queued on the default stream, and the default
+        stream, at the end, for the group's."""
+        if self.stream is None:
+            yield
+            return
+        default = torch.cuda.current_stream(self.stream.device)
+        self.stream.wait_stream(default)
+        try:
+            with torch.cuda.stream(self.stream):
+                yield
+        finally:
+            default.wait_stream(self.stream)
 
 
 class SlotPlayer:
@@ -200,7 +220,7 @@ class SlotPlayer:
         def play(g: SlotGroup) -> None:
             inherit_torch_threads()
             try:
-                with _rest_as_other(g, [g]):
+                with _rest_as_other(g, [g]), g.own_stream():
                     self._play(g, stop)
             except BaseException as e:
                 errors.append(e)
