@@ -239,6 +239,9 @@ def test_the_time_split_adds_up_to_the_time_played() -> None:
     assert {"env", "inference", "other"} <= totals.keys()
     assert totals["other"] > 0 and min(totals.values()) >= 0
     assert sum(totals.values()) <= wall
+    # Both groups' pools are in flight most of the time: one is sent while the other plays.
+    flight = ev.in_flight.fractions()
+    assert len(flight) == 3 and sum(flight) == pytest.approx(1.0) and flight[2] > 0
 
 
 def test_episode_cap_and_frame_counting() -> None:

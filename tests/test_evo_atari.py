@@ -109,6 +109,8 @@ def test_atari_fitness_does_not_depend_on_slots_groups_or_threads_and_equals_a_r
             assert ev.frames == runs[-1].frames == 4 * runs[-1].lengths.sum()
             totals = ev.timing.totals()  # each group's thread: parts of its own time
             assert totals["other"] > 0 and sum(totals.values()) <= groups * wall
+            flight = ev.in_flight.fractions()  # 0 to `groups` pools in flight at once
+            assert 2 <= len(flight) <= groups + 1 and sum(flight) == pytest.approx(1.0)
     a = runs[0]
     for b in runs[1:]:
         assert np.array_equal(a.returns, b.returns) and np.array_equal(a.lengths, b.lengths)

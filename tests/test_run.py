@@ -21,9 +21,11 @@ import numpy as np
 import pytest
 import torch
 
+import onebox.run.timing
 from onebox.run import (
     Checkpointer,
     GracefulInterrupt,
+    InFlight,
     Logger,
     Progress,
     TimeSplit,
@@ -351,6 +353,29 @@ def test_time_split():
     assert sum(split.fractions().values()) == pytest.approx(1.0)
     split.reset()
     assert split.totals() == {} and split.fractions() == {}
+
+
+def test_in_flight_counts_time_by_workers_at_once(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(onebox.run.timing, "perf_counter", lambda: now[0])
+    flight = InFlight()
+
+    def at(t, call):
+        now[0] = t
+        call()
+
+    at(0, flight.open)
+    at(1, flight.start)
+    at(3, flight.start)
+    at(4, flight.stop)
+    at(6, flight.stop)
+    at(7, flight.close)
+    at(10, flight.start)  # the clock is stopped: not counted, and `open` forgets it
+    at(20, flight.open)
+    at(22, flight.close)
+    assert flight.fractions() == pytest.approx([4 / 9, 4 / 9, 1 / 9])
+    flight.reset()
+    assert flight.fractions() == []
 
 
 def test_progress_disabled_and_enabled(capsys):

@@ -125,6 +125,7 @@ def _population_frames(ev: PopulationEvaluator, config: EvolveBenchConfig, warmu
     episodes = np.ones(config.population or 0, dtype=np.int64)
     ev.evaluate(params, episodes[:warmup], seed=1)
     ev.timing.reset()
+    ev.in_flight.reset()
     frames, t0 = 0, time.perf_counter()
     while True:
         frames += ev.evaluate(params, episodes, seed=int(gen.integers(2**62))).frames
@@ -142,17 +143,35 @@ def rollout_rate(config: EvolveBenchConfig) -> float | None:
         return _population_frames(ev, config, config.population or 0) if ev.rollout_ok else None
 
 
-def population_rate(
-    config: EvolveBenchConfig, num_slots: int
-) -> tuple[float, float, dict[str, float], int]:
-    """(population frames/s, env-only frames/s with the same pools, the evaluator's time split
-    (shares of "env", "inference", "params" and "other": see `PopulationEvaluator.timing`),
-    parameters per network)."""
+@dataclasses.dataclass
+class PopulationRate:
+    """What `population_rate` measured."""
+
+    frames: float
+    """Population frames/s."""
+    env_only: float
+    """Frames/s of the same pools with random actions."""
+    split: dict[str, float]
+    """The evaluator's time split: shares of "env", "inference", "params" and "other" (see
+    `PopulationEvaluator.timing`)."""
+    in_flight: list[float]
+    """Shares of the population run's time with 0, 1, ... of the groups' pools in flight (see
+    `PopulationEvaluator.in_flight`)."""
+    params: int
+    """Parameters per network."""
+
+    def in_flight_text(self) -> str:
+        """The in-flight shares as "0: 5%, 1: 30%, 2: 65%"."""
+        return ", ".join(f"{k}: {100 * f:.0f}%" for k, f in enumerate(self.in_flight))
+
+
+def population_rate(config: EvolveBenchConfig, num_slots: int) -> PopulationRate:
+    """Population frames/s with `num_slots` slots, next to env-only frames/s of the same pools."""
     with _evaluator(config, num_slots, config.num_threads) as ev:
         pop = _population_frames(ev, config, warmup=num_slots)
-        split = ev.timing.fractions()
+        split, in_flight = ev.timing.fractions(), ev.in_flight.fractions()
         env_only = _env_only(ev, config.seconds) * ev.frames_per_step
-    return pop, env_only, split, ev.num_params
+    return PopulationRate(pop, env_only, split, in_flight, ev.num_params)
 
 
 def _env_only(ev: PopulationEvaluator, seconds: float) -> float:
@@ -262,28 +281,32 @@ def run(config: EvolveBenchConfig) -> int:
         "inference share",
         "params share",
         "other share",
+        "time with 0, 1, ... pools in flight",
     ]
-    rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-", "-", "-"]]
+    rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-", "-", "-",
+             "-"]]  # fmt: skip
     params = 0
     for k in config.num_slots:
-        pop, env_only, split, params = population_rate(config, k)
+        r = population_rate(config, k)
+        params = r.params
         rows.append(
             [
                 str(k),
-                common.format_rate(pop),
-                common.format_rate(env_only),
-                f"{100 * pop / env_only:.1f}%",
-                common.format_ratio(pop / single),
-                f"{100 * split.get('inference', 0.0):.0f}%",
-                f"{100 * split.get('params', 0.0):.0f}%",
-                f"{100 * split.get('other', 0.0):.0f}%",
+                common.format_rate(r.frames),
+                common.format_rate(r.env_only),
+                f"{100 * r.frames / r.env_only:.1f}%",
+                common.format_ratio(r.frames / single),
+                f"{100 * r.split.get('inference', 0.0):.0f}%",
+                f"{100 * r.split.get('params', 0.0):.0f}%",
+                f"{100 * r.split.get('other', 0.0):.0f}%",
+                r.in_flight_text(),
             ]
         )
     rollout = rollout_rate(config)
     if rollout is not None:
         rows.append(
             ["native rollout", common.format_rate(rollout), "-", "-",
-             common.format_ratio(rollout / single), "-", "-", "-"]
+             common.format_ratio(rollout / single), "-", "-", "-", "-"]
         )  # fmt: skip
     title = (
         f"{config.env}: population {config.population} of {config.arch} "
@@ -328,7 +351,9 @@ def run(config: EvolveBenchConfig) -> int:
             f"({params:,} parameters); env only: the same "
             "pools stepped with random actions, no network; one at a time: one env and one "
             "network, individual after individual. Inference share: the population run's time "
-            "in the networks (including parameter copies into slots). Native rollout (where the "
+            "in the networks (including parameter copies into slots). Pools in flight: sent and "
+            "not yet received (stepping; with native pools, which one thread drives, also done "
+            "and waiting for that thread). Native rollout (where the "
             "network fits: a native env and a linear or one-tanh-layer mlp): the evaluator's "
             "other path, whole episodes in the engine with the network in C++, on all the groups' "
             "threads.",
@@ -336,7 +361,9 @@ def run(config: EvolveBenchConfig) -> int:
             *notes,
             f"1-minute load average when the run began: {load:.1f} (the machine is shared).",
             "",
-            common.markdown_table(header, rows, [False, True, True, True, True, True]),
+            common.markdown_table(
+                header, rows, [False, True, True, True, True, True, True, True, False]
+            ),
             "",
             f"Command: `{command}`",
             "",

@@ -396,17 +396,17 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
             max_episode_steps=size["episode_cap"], slot_groups=groups, num_threads=threads,
             device=str(device), dtype=dtype, seconds=size["seconds"], episode_seeds=seeds,
         ))  # fmt: skip
-        pop, alone, split, params = evolve.population_rate(bench, slots)
-        share = pop / alone
-        rows.append([dtype, seeds, f"{groups} of {group}", common.format_rate(pop),
-                     common.format_rate(alone),
-                     f"{100 * share:.0f}%", f"{100 * split.get('inference', 0.0):.0f}%",
-                     f"{100 * split.get('params', 0.0):.0f}%",
-                     f"{100 * split.get('other', 0.0):.0f}%",
+        r = evolve.population_rate(bench, slots)
+        params, share = r.params, r.frames / r.env_only
+        rows.append([dtype, seeds, f"{groups} of {group}", common.format_rate(r.frames),
+                     common.format_rate(r.env_only),
+                     f"{100 * share:.0f}%", f"{100 * r.split.get('inference', 0.0):.0f}%",
+                     f"{100 * r.split.get('params', 0.0):.0f}%",
+                     f"{100 * r.split.get('other', 0.0):.0f}%", r.in_flight_text(),
                      "met" if share >= 0.9 else "missed"])  # fmt: skip
     header = ["precision", "episode seeds", "slot groups", "population frames/s",
               "env-only frames/s", "share", "inference share", "params share", "other share",
-              "goal >= 90%"]  # fmt: skip
+              "time with 0, 1, ... pools in flight", "goal >= 90%"]  # fmt: skip
     return "\n".join([
         f"## Evolution: {size['population']:,} Nature CNNs on {ENV}", "",
         f"`onebox bench evolve`: slot groups of {group} slots (two, three or four: "
@@ -420,7 +420,9 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         "networks' forward, loading parameters into slots), params (waiting for the individuals' "
         "parameters, made ahead on a helper thread: here each a fresh random network, a slice of "
         "the shared noise table), other (the rest of the group's loop: bookkeeping, copies, "
-        "waiting for the GIL); the env share is what is left.", "",
+        "waiting for the GIL); the env share is what is left. Pools in flight: the shares of "
+        "the population run's time with 0, 1, 2, ... of the groups' pools stepping (sent, not "
+        "yet received).", "",
         _table(header, rows), *_skipped(skipped), "",
         f"The population forward alone (`bench.evolve.forward_ms`): {group} networks (one slot "
         "group) each on its own observation already on the device, actions fetched to the host; "

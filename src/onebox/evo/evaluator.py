@@ -34,7 +34,7 @@ from onebox.envs.base import EPISODE_CAP, cap_options, time_limit
 from onebox.evo.slots import SlotGroup, SlotPlayer
 from onebox.nn.accel import resolve_device
 from onebox.nn.population import OBS_CLIP, Arch, DType, PopulationNet, default_arch
-from onebox.run import TimeSplit
+from onebox.run import InFlight, TimeSplit
 
 EpisodeSeeds = Literal["pair", "env"]
 """How episodes are seeded (`PopulationEvaluator`'s `episode_seeds`)."""
@@ -257,6 +257,10 @@ class PopulationEvaluator:
         """Seconds in the env engine ("env"), the networks ("inference"), waiting for parameters
         ("params") and the rest of the slot groups' loops ("other"), summed over the slot groups
         (with Atari each group runs in a thread of its own); the native rollouts count as "env"."""
+        self.in_flight = InFlight()
+        """How long 0, 1, 2, ... of the slot groups' pools were in flight at once (sent, not
+        yet received: stepping, or, in one thread, done and waiting to be received) while the
+        slot groups played."""
 
     def _make(self, num_envs: int, batch_size: int, num_threads: int, cap: bool = True) -> Any:
         kwargs = dict(self.env_kwargs)
@@ -387,7 +391,8 @@ class PopulationEvaluator:
             self._ensure_pools(num_pairs)
             pair_seeds = self.episode_seeds == "pair"
             player = SlotPlayer(self.net, self._resets, self._seed, pair_seeds, source, owner,
-                                self._returns, self._lengths, self._sums)  # fmt: skip
+                                self._returns, self._lengths, self._sums,
+                                self.in_flight)  # fmt: skip
             try:
                 player.play(self._groups)
             except BaseException:

@@ -54,7 +54,7 @@ import torch
 from onebox.evo.prefetch import Prefetch
 from onebox.nn.accel import Staging, inherit_torch_threads
 from onebox.nn.population import PopulationNet
-from onebox.run import TimeSplit
+from onebox.run import InFlight, TimeSplit
 
 
 @contextlib.contextmanager
@@ -136,6 +136,7 @@ class SlotPlayer:
         owner: (pairs,) the individual of each pair.
         returns, lengths: (pairs,) arrays to fill.
         sums: (pairs, 2, obs dim) observation sums and sums of squares to add to, or None.
+        in_flight: counts the groups' pools in flight (sent, not yet received) over time.
     """
 
     def __init__(
@@ -149,10 +150,12 @@ class SlotPlayer:
         returns: np.ndarray,
         lengths: np.ndarray,
         sums: np.ndarray | None,
+        in_flight: InFlight,
     ) -> None:
         self.net, self._resets, self._seed, self._pair_seeds = net, resets, seed, pair_seeds
         self._params, self._owner = params, owner
         self._returns, self._lengths, self._sums = returns, lengths, sums
+        self._flight = in_flight
 
     def play(self, groups: list[SlotGroup]) -> None:
         """Play every pair (group k takes pairs k, k + len(groups), ...)."""
@@ -162,6 +165,7 @@ class SlotPlayer:
             g.round_start = g.next = 0
             g.prefetch = Prefetch(self._params, self._owner[g.pairs], g.size,
                                   4 * self.net.num_params, f"onebox-params-{k}")  # fmt: skip
+        self._flight.open()
         try:
             if self._resets:
                 self._play_threads(groups)
@@ -171,8 +175,18 @@ class SlotPlayer:
                 while running:
                     running = [g for g in running if self._step(g)]
         finally:
+            self._flight.close()
             for g in groups:
                 g.prefetch.close()
+
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        """A pool's blocking call (a reset): in flight while it runs."""
+        self._flight.start()
+        try:
+            yield
+        finally:
+            self._flight.stop()
 
     # ---- rounds (native and process pools) ----------------------------------------------------
 
@@ -184,7 +198,7 @@ class SlotPlayer:
             return False
         seeds = np.full(g.num_envs, self._seed, dtype=np.uint64)
         seeds[: chunk.size] += chunk.astype(np.uint64)
-        with g.timing("env"):
+        with g.timing("env"), self._in_flight():
             g.pool.async_reset(seeds.tolist())
             for _ in range(g.num_envs // g.size):
                 obs, *_, info = g.pool.recv()
@@ -202,6 +216,7 @@ class SlotPlayer:
         """Receive g's batch, finish and refill episodes, send the next actions; False when done."""
         with g.timing("env"):
             obs, rew, term, trunc, info = g.pool.recv()
+        self._flight.stop()
         ids = info["env_id"]
         cont = self._collect(g, obs, rew, term, trunc, ids)
         keep = np.ones(len(ids), dtype=bool)
@@ -252,7 +267,7 @@ class SlotPlayer:
             first = g.pairs[: g.num_envs]
             spare = np.arange(first.size, g.num_envs) + self._owner.size + g.lo  # no pair's seed
             seeds = self._seed + np.concatenate([first, spare]).astype(np.uint64)
-            with g.timing("env"):
+            with g.timing("env"), self._in_flight():
                 g.first_obs[:], _ = g.pool.reset(seed=seeds.tolist())
             g.resetting[:] = False
         g.running = g.size
@@ -260,6 +275,7 @@ class SlotPlayer:
         while not stop.is_set() and self._dispatch(g, None):
             with g.timing("env"):
                 obs, rew, term, trunc, info = g.pool.recv()
+            self._flight.stop()
             self._collect(g, obs, rew, term, trunc, info["env_id"])
 
     def _reset_envs(self, g: SlotGroup, envs: np.ndarray, pairs: np.ndarray) -> np.ndarray:
@@ -267,7 +283,7 @@ class SlotPlayer:
         with its pair's seed (the others untouched); without, they were reset already."""
         if not self._pair_seeds:
             return g.first_obs[envs]
-        with g.timing("env"):
+        with g.timing("env"), self._in_flight():
             obs, _ = g.pool.reset_envs(envs, [self._seed + int(j) for j in pairs])
         return obs
 
@@ -390,6 +406,7 @@ class SlotPlayer:
             space = g.pool.action_space
             with g.timing("env"):
                 g.pool.send(np.zeros(space.shape, dtype=space.dtype))
+            self._flight.start()
             return True
         obs = g.obs[:n]
         with g.timing("inference"):
@@ -405,6 +422,7 @@ class SlotPlayer:
             full[ids] = actions
             with g.timing("env"):
                 g.pool.send(full)
+            self._flight.start()
             return True
         fill = g.size - n
         if fill:
@@ -413,4 +431,5 @@ class SlotPlayer:
             actions = np.concatenate([actions, pad])
         with g.timing("env"):
             g.pool.send(actions, ids)
+        self._flight.start()
         return True

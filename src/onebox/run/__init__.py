@@ -16,12 +16,13 @@ from onebox.run.progress import Progress
 from onebox.run.rng import rng_state, set_rng_state
 from onebox.run.session import RunSession
 from onebox.run.signals import GracefulInterrupt
-from onebox.run.timing import TimeSplit
+from onebox.run.timing import InFlight, TimeSplit
 from onebox.run.video import write_video
 
 __all__ = [
     "Checkpointer",
     "GracefulInterrupt",
+    "InFlight",
     "Logger",
     "Progress",
     "RunSession",

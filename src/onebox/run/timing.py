@@ -1,7 +1,9 @@
-"""`TimeSplit`: where the wall time of a training loop goes (env stepping, inference, learning)."""
+"""`TimeSplit`: where the wall time of a training loop goes (env stepping, inference, learning).
+`InFlight`: how long k of several workers (env pools) were busy at once, for k = 0, 1, ...."""
 
 from __future__ import annotations
 
+import threading
 from time import perf_counter
 
 
@@ -47,3 +49,53 @@ class TimeSplit:
     def reset(self) -> None:
         """Forget the accumulated times (a section still open keeps timing)."""
         self._totals = {}
+
+
+class InFlight:
+    """Wall seconds with k of several workers in flight at once, k = 0, 1, ...: each worker
+    calls `start()` when it sends work and `stop()` when the work is back, from any thread;
+    the clock runs between `open()` and `close()` (the workers all back by then)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+        self._since: float | None = None
+        self._seconds: list[float] = []
+
+    def _move(self, delta: int, clock: bool | None = None) -> None:
+        with self._lock:
+            now = perf_counter()
+            if self._since is not None:
+                self._seconds += [0.0] * (self._count + 1 - len(self._seconds))
+                self._seconds[self._count] += now - self._since
+                self._since = now
+            self._count += delta
+            if clock is not None:  # open: nothing in flight yet (whatever an error left)
+                self._since, self._count = (now, 0) if clock else (None, self._count)
+
+    def open(self) -> None:
+        """Start the clock, with no worker in flight."""
+        self._move(0, clock=True)
+
+    def close(self) -> None:
+        """Stop the clock (the time until the next `open` is not counted)."""
+        self._move(0, clock=False)
+
+    def start(self) -> None:
+        """One more worker is in flight."""
+        self._move(1)
+
+    def stop(self) -> None:
+        """One worker is back."""
+        self._move(-1)
+
+    def fractions(self) -> list[float]:
+        """The share of the clock's time with k workers in flight, at index k (empty before any
+        time was counted)."""
+        total = sum(self._seconds)
+        return [s / total for s in self._seconds] if total > 0 else []
+
+    def reset(self) -> None:
+        """Forget the time counted (workers in flight stay counted)."""
+        with self._lock:
+            self._seconds = []
