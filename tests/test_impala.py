@@ -80,6 +80,11 @@ def test_the_server_batches_one_env_split_of_every_actor(tmp_path: Path) -> None
     assert "batched, up to 8 envs a call" in log
     batches = [v for _, v in metric(run_dir, "charts/inference_batch")]
     assert batches and all(1 <= b <= 8 for b in batches), batches
+    # Each log has the server's latency and busy share since the last.
+    latency = [v for _, v in metric(run_dir, "charts/inference_latency_ms")]
+    busy = [v for _, v in metric(run_dir, "charts/inference_busy")]
+    assert len(latency) == len(busy) == len(batches)
+    assert all(v > 0 for v in latency) and all(0 < v < 1 for v in busy)
 
 
 def test_process_actors_run_their_own_recurrent_policies_on_the_published_weights(

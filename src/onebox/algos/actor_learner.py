@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -146,6 +147,35 @@ def server_batch(config: Any) -> int:
     return min(config.max_batch, config.actors * (config.envs_per_actor // config.env_splits))
 
 
+class ServerStats:
+    """The inference server's charts between two logs: `charts/inference_batch` (envs per
+    policy call), `charts/inference_latency_ms` (a request's mean time in the server, waiting
+    for its batch and its policy call) and `charts/inference_busy` (the share of the time in
+    policy calls)."""
+
+    def __init__(self, server: InferenceServer) -> None:
+        self.server = server
+        self.last = self._now()
+
+    def _now(self) -> tuple[float, ...]:
+        s = self.server
+        return (time.perf_counter(), s.calls, s.env_steps, s.requests, s.request_seconds,
+                s.busy_seconds)  # fmt: skip
+
+    def update(self) -> dict[str, float]:
+        """The charts since the last call (none where no call was made)."""
+        now = self._now()
+        wall, calls, steps, requests, waited, busy = (
+            a - b for a, b in zip(now, self.last, strict=True)
+        )
+        self.last = now
+        if not calls:
+            return {}
+        return {"charts/inference_batch": steps / calls,
+                "charts/inference_latency_ms": 1000 * waited / requests,
+                "charts/inference_busy": busy / wall}  # fmt: skip
+
+
 def actors_note(config: Any) -> str:
     """Where a run's actors run and where their actions come from, for its log."""
     where = "threads" if not config.process_actors else "processes"
@@ -270,7 +300,7 @@ def _train(
                 )
                 threads.append(ThreadActor(a, spec, infer, channel, seeds[a]))
 
-        served_before = (0, 0)  # the server's policy calls and envs served at the last log
+        server_stats = ServerStats(server)
 
         def check() -> bool:  # while waiting for the channel: raise a failed actor's error
             for actor in threads:
@@ -310,13 +340,7 @@ def _train(
                 session.episodes(global_step, returns, lengths)
                 if updates % parts.log_every == 0:
                     stats.update({"charts/updates": updates, **session.rates(global_step)})
-                    calls, served = (
-                        server.calls - served_before[0],
-                        server.env_steps - served_before[1],
-                    )
-                    served_before = (server.calls, server.env_steps)
-                    if calls:
-                        stats["charts/inference_batch"] = served / calls
+                    stats.update(server_stats.update())
                     if procs is not None:
                         stats["charts/actor_restarts"] = procs.restarts()
                     if hosts is not None:

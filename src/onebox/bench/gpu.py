@@ -325,16 +325,20 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
             split = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(r.split.items()))
             rows.append([f"{label} ({mode}, {envs_total} envs)", precision, str(r.batch),
                          f"{r.sps:.0f}", f"{r.sps / r.batch:.2f}", split or "-",
-                         "-" if r.lag is None else f"{r.lag:.1f}", common.format_rate(alone),
+                         "-" if r.lag is None else f"{r.lag:.1f}", r.server_text(),
+                         common.format_rate(alone),
                          f"{100 * share:.0f}%", "met" if share >= 0.6 else "missed"])  # fmt: skip
     header = ["run", "precision", "batch", "SPS", "updates/s", "time split", "policy lag",
-              "engine alone", "SPS / engine", "goal >= 60%"]  # fmt: skip
+              "inference server (batch, latency, busy)", "engine alone", "SPS / engine",
+              "goal >= 60%"]  # fmt: skip
     return "\n".join([
         f"## Training throughput, {ENV}", "",
         f"{size['iterations']} timed update(s) after one warm-up (`onebox bench train`); engine "
         f"alone: the same number of envs stepped by onebox ({config.env_threads} threads) with "
         "random actions, sync for the sync sampler, async otherwise. For APPO, SPS is also the "
-        "inference server's rate and updates/s the learner's, measured together.", "",
+        "inference server's rate and updates/s the learner's, measured together; its server: "
+        "envs per policy call, a request's mean time in the server (waiting for its batch, "
+        "then the call), the share of the time in policy calls.", "",
         _table(header, rows), *_skipped(skipped),
     ])  # fmt: skip
 

@@ -65,6 +65,17 @@ class Result:
     split: dict[str, float]
     batch: int
     lag: float | None
+    server: dict[str, float]
+    """APPO: the inference server's charts (`charts/inference_batch`, `_latency_ms`, `_busy`,
+    without the prefix), means over the timed updates; empty for PPO."""
+
+    def server_text(self) -> str:
+        """The server's charts as "128 envs, 2.1 ms, busy 40%", or "-"."""
+        if not self.server:
+            return "-"
+        s = self.server
+        return (f"{s['inference_batch']:.0f} envs, {s['inference_latency_ms']:.1f} ms, busy "
+                f"{100 * s['inference_busy']:.0f}%")  # fmt: skip
 
 
 def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
@@ -111,7 +122,12 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
     }
     lags = [float(r["value"]) for r in rows if r["tag"] == "charts/policy_lag"]
     lag = sum(lags) / len(lags) if lags else None
-    return Result(mode, (s1 - s0) / (t1 - t0), split, batch, lag)
+    server: dict[str, list[float]] = {}
+    for r in rows:
+        if r["tag"].startswith("charts/inference_") and int(r["step"]) > s0:
+            server.setdefault(r["tag"].removeprefix("charts/"), []).append(float(r["value"]))
+    means = {k: sum(v) / len(v) for k, v in server.items()}
+    return Result(mode, (s1 - s0) / (t1 - t0), split, batch, lag, means)
 
 
 def run(config: TrainBenchConfig) -> int:
@@ -124,6 +140,9 @@ def run(config: TrainBenchConfig) -> int:
         results = [measure(config, m, Path(root)) for m in config.modes]
     sections = sorted({k for r in results for k in r.split})
     header = ["mode", "batch", "env steps/s", "frames/s", *sections, "policy lag"]
+    served = any(r.server for r in results)
+    if served:
+        header.append("inference server (batch, latency, busy)")
     header += ["× CleanRL (240)"]
     sync = next((r.sps for r in results if r.mode == "sync"), None)
     if sync:
@@ -137,6 +156,7 @@ def run(config: TrainBenchConfig) -> int:
             f"{r.sps * frames:.0f}",
             *(f"{100 * r.split.get(k, 0.0):.0f}%" for k in sections),
             "-" if r.lag is None else f"{r.lag:.1f}",
+            *([r.server_text()] if served else []),
             f"{r.sps / CLEANRL_ATARI_SPS:.2f}×",
             *([f"{r.sps / sync:.2f}×"] if sync else []),
         ]
@@ -150,7 +170,9 @@ def run(config: TrainBenchConfig) -> int:
             f"{config.iterations} timed updates per mode after one warm-up update; each learner's "
             "preset (PPO: CleanRL's for this family; APPO: its own, IMPALA's on Atari), batch = "
             "env steps per update. Time split: each run's `time/*` shares. Policy lag: learner version minus "
-            "behaviour version, mean over the run. "
+            "behaviour version, mean over the run. Inference server (APPO): envs per policy "
+            "call, a request's mean time in the server (waiting for its batch, then the call) "
+            "and the share of the time in policy calls, means over the timed updates. "
             f"× CleanRL: against {CLEANRL_ATARI_SPS:.0f} SPS, the reference's figure for CleanRL's "
             "ppo_atari_envpool on a 2-core machine like this one (not rerun here). Frames/s "
             "count 4 frames per Atari step.",

@@ -231,6 +231,11 @@ class InferenceServer:
         """Requests answered."""
         self.env_steps = 0
         """Env observations answered."""
+        self.request_seconds = 0.0
+        """Seconds the answered requests spent in the server, summed: from arriving (submitted,
+        or read from a process actor) to their answer."""
+        self.busy_seconds = 0.0
+        """Seconds in policy calls: merging the requests, the policy, answering."""
         self._sup = Supervisor(context, actor_main, pipes=(FROM_WORKER, TO_WORKER),
                                name="onebox-actor", max_restarts=max_restarts)  # fmt: skip
         if context == "forkserver":
@@ -490,9 +495,18 @@ class InferenceServer:
             self._register(p)
         return dropped
 
-    @torch.no_grad()
     def _run(self, batch: list[_Request], n: int) -> None:
         """One policy call for the requests of `batch` (n envs in all); answer each."""
+        t0 = time.perf_counter()
+        try:
+            self._call(batch, n)
+        finally:
+            t1 = time.perf_counter()
+            self.busy_seconds += t1 - t0
+            self.request_seconds += sum(t1 - r.t for r in batch)
+
+    @torch.no_grad()
+    def _call(self, batch: list[_Request], n: int) -> None:
         obs = batch[0].obs if len(batch) == 1 else np.concatenate([r.obs for r in batch])
         x = self._staging(obs)  # on CUDA, these three copies are queued: the host waits once,
         # for the outputs (`to_host`)
