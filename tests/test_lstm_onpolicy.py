@@ -39,17 +39,21 @@ def recurrent_rollout(
     """A decisive recurrent net (its policy head scaled up, so log-probabilities depend on the
     state) and its third rollout on CartPole with 30-step episodes: starts and carried states."""
     torch.manual_seed(0)
-    envs = onebox.envs.make("CartPole-v1", num_envs, batch_size=num_envs // 2 if double else None,
-                            num_threads=2, seed=0, autoreset_mode="SameStep",
-                            max_episode_steps=30)  # fmt: skip
-    net = ActorCritic(envs.single_observation_space, envs.single_action_space, lstm=16)
+    m = num_envs // 2 if double else num_envs
+    pools = [onebox.envs.make("CartPole-v1", m, num_threads=2, seed=k * m,
+                              autoreset_mode="SameStep", max_episode_steps=30)
+             for k in range(num_envs // m)]  # fmt: skip
+    net = ActorCritic(pools[0].single_observation_space, pools[0].single_action_space, lstm=16)
     with torch.no_grad():
         net.actor.weight.mul_(300.0)
-    with envs:
-        sampler = Sampler(envs, net, steps, double_buffered=double)
+    try:
+        sampler = Sampler(pools if double else pools[0], net, steps)
         sampler.reset(seed=0)
         for _ in range(3):
             rollout = sampler.collect()
+    finally:
+        for pool in pools:
+            pool.close()
     assert rollout.ends.any() and rollout.state is not None and rollout.state[0].abs().sum() > 0
     return net, rollout
 

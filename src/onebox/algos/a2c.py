@@ -73,9 +73,10 @@ class Config(TorchConfig, AccelFields):
     normalize_reward: bool | None = None
     """Scale rewards by the running std of the discounted return (preset: continuous only)."""
     sampler: Literal["sync", "double"] = "sync"
-    """`sync` steps all envs then infers; `double` overlaps two halves (needs even num_envs)."""
+    """`sync` steps all envs then infers; `double` overlaps two halves, two pools that take turns
+    (needs even num_envs)."""
     num_threads: int | None = None
-    """Env pool threads (default: physical cores)."""
+    """Env pool threads (default: physical cores); with `--sampler double`, per half's pool."""
     log_every: int = 100
     """Log the losses every this many updates (episodes are always logged)."""
 

@@ -10,6 +10,7 @@ device)` and `update(config, agent, rollout) -> stats`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -88,28 +89,44 @@ MakeOptimizer = Callable[[Any], torch.optim.Optimizer]
 
 def build_agent(config: Any, envs: Any, device: torch.device, optimizer: MakeOptimizer) -> Agent:
     """An `ActorCritic` for the pool's spaces (with an LSTM core of `config.lstm` units if set),
-    its optimizer, and the normalizers the config asks for (`normalize_obs`, `normalize_reward`)."""
+    its optimizer, and the normalizers the config asks for (`normalize_obs`, `normalize_reward`,
+    the latter with a return per env of the run's `config.num_envs`)."""
     net = ActorCritic(envs.single_observation_space, envs.single_action_space, lstm=config.lstm).to(
         device
     )
     obs_norm = ObsNormalizer(envs.single_observation_space.shape) if config.normalize_obs else None
-    scaler = RewardScaler(envs.num_envs, config.gamma) if config.normalize_reward else None
+    scaler = RewardScaler(config.num_envs, config.gamma) if config.normalize_reward else None
     return Agent(net, optimizer(net.parameters()), obs_norm, scaler)
 
 
 def make_envs(config: Any, num_envs: int | None = None, seed: int | None = None) -> Any:
-    """The training env pool (same-step autoreset, half batches for double buffering)."""
+    """An env pool of the run's env (same-step autoreset): `num_envs` envs (default the run's)."""
     n = num_envs if num_envs is not None else config.num_envs
     assert n is not None
     return onebox.envs.make(
         config.env,
         n,
-        batch_size=n // 2 if num_envs is None and config.sampler == "double" else None,
         num_threads=config.num_threads,
         seed=config.seed if seed is None else seed,
         autoreset_mode="SameStep",
         **parse_env_options(config.env_options),
     )
+
+
+def make_pools(config: Any) -> list[Any]:
+    """The training env pools: one of `num_envs` envs, or with `--sampler double` two halves
+    (env i seeded `seed + i` as in one pool), each with `num_threads` threads."""
+    halves = 2 if config.sampler == "double" else 1
+    m = config.num_envs // halves
+    pools: list[Any] = []
+    try:
+        for k in range(halves):
+            pools.append(make_envs(config, m, config.seed + k * m))
+    except BaseException:
+        for pool in pools:
+            pool.close()
+        raise
+    return pools
 
 
 CHECKPOINT_KEYS = ("agent", "iteration", "env_seed")
@@ -143,14 +160,13 @@ def run_loop(
     accel = Accel.of(config, device)
     accel.setup()
 
-    envs = make_envs(config)
-    agent = make_agent(config, envs, device)
+    pools = make_pools(config)
+    agent = make_agent(config, pools[0], device)
     sampler = Sampler(
-        envs,
+        pools,
         accel.policy(agent.net),
         config.num_steps,
         device=device,
-        double_buffered=config.sampler == "double",
         obs_transform=agent.obs_norm,
         reward_transform=agent.reward_scaler,
         timer=session.timer,
@@ -161,27 +177,30 @@ def run_loop(
         iteration = state["iteration"]
         # Env states cannot be saved (an emulator's RAM, a simulator's contacts): the envs
         # restart from fresh episodes, with seeds no earlier episode used.
-        env_seed = config.seed + iteration * envs.num_envs
+        env_seed = config.seed + iteration * config.num_envs
     sampler.reset(seed=env_seed)
 
     def checkpoint() -> dict[str, Any]:
         return {"agent": agent.state_dict(), "iteration": iteration, "env_seed": env_seed}
 
-    with envs, session.start(checkpoint, total=config.total_steps):
-        while iteration < num_iterations and not session.stopping:
-            if config.anneal_lr:
-                frac = 1.0 - iteration / num_iterations
-                agent.optimizer.param_groups[0]["lr"] = frac * config.learning_rate
-            rollout = sampler.collect()
-            global_step += batch
-            with session.timer("learn"), accel.autocast():
-                stats = update(config, agent, rollout)
-            iteration += 1
-            session.episodes(global_step, *sampler.episodes.pop())
-            if iteration % log_every == 0 or iteration == num_iterations:
-                stats["charts/learning_rate"] = agent.optimizer.param_groups[0]["lr"]
-                session.log(global_step, {**stats, **session.rates(global_step)})
-            session.update(global_step)
+    with contextlib.ExitStack() as stack:
+        for pool in pools:
+            stack.enter_context(pool)
+        with session.start(checkpoint, total=config.total_steps):
+            while iteration < num_iterations and not session.stopping:
+                if config.anneal_lr:
+                    frac = 1.0 - iteration / num_iterations
+                    agent.optimizer.param_groups[0]["lr"] = frac * config.learning_rate
+                rollout = sampler.collect()
+                global_step += batch
+                with session.timer("learn"), accel.autocast():
+                    stats = update(config, agent, rollout)
+                iteration += 1
+                session.episodes(global_step, *sampler.episodes.pop())
+                if iteration % log_every == 0 or iteration == num_iterations:
+                    stats["charts/learning_rate"] = agent.optimizer.param_groups[0]["lr"]
+                    session.log(global_step, {**stats, **session.rates(global_step)})
+                session.update(global_step)
     return session.run_dir
 
 

@@ -1,20 +1,24 @@
-"""The sampler: drives an env pool with a policy and fills fixed-length rollouts.
+"""The sampler: drives env pools with a policy and fills fixed-length rollouts.
 
 Two modes:
 
-- sync: `step` all envs, then compute all their actions in one batched call. Exactly on-policy.
-- double-buffered (Sample Factory, Uber): the pool runs async with `batch_size = num_envs / 2`.
-  Each `recv` returns the half that finished first; their actions are computed and sent while the
-  other half is still stepping on the pool's threads, so env stepping and inference overlap.
-  Whatever ids `recv` returns are accepted (ALE and process pools choose them). Every env is
-  always in flight, so when the last env completes its `num_steps`, the others may have gone a
-  step or two further: those steps open the next rollout, taken by the policy of the rollout
-  that just ended (their stored log-probabilities are that policy's, as PPO's ratio needs).
+- sync: one pool; `step` all envs, then compute all their actions in one batched call. Exactly
+  on-policy.
+- double-buffered (Sample Factory's): the envs are two pools of half the envs each, stepped in
+  turn. Each row, a pool's results are taken, its actions computed and sent, then the other
+  pool's: one pool steps on its threads while the policy acts for the other, so env stepping and
+  inference overlap. Every env takes exactly one step per row, so no env can drift ahead of
+  another (with one pool returning whichever half finished first, as EnvPool's async mode does,
+  envs that reset slowly fell behind for good, and ALE's engine, which cannot hold an env back,
+  failed once one was a whole rollout behind). Each rollout ends by acting at row T, by the
+  rollout's own policy: those values bootstrap it, and those steps, taken while the learner
+  updates, open the next rollout as its row 0 (their stored log-probabilities are that policy's,
+  as PPO's ratio needs). For a deterministic policy the rollouts equal the sync sampler's.
 
 Observations go to the device as they come (uint8 images stay uint8 until the network; on CUDA
 through pinned buffers with non-blocking copies, `onebox.nn.accel.Staging`, so the one host wait
-per step is the one that fetches the actions); there is no Python loop over envs. The pool must use same-step autoreset: a truncated episode's final
-observation is then at hand, and the rollout records V(final obs) (`Rollout.final`) for the
+per step is the one that fetches the actions); there is no Python loop over envs. The pools
+must use same-step autoreset: a truncated episode's final observation is then at hand, and the rollout records V(final obs) (`Rollout.final`) for the
 learner to bootstrap its last reward with (`Rollout.bootstrapped_rewards`); the sampler itself
 folds nothing into the rewards.
 
@@ -27,7 +31,7 @@ replay it; a truncated episode's V(final obs) is given the state after its last 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -35,7 +39,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from onebox.envs.base import EnvPool, SeedLike
+from onebox.envs.base import EnvPool, SeedLike, expand_seeds
 from onebox.nn.accel import Staging
 from onebox.sampling.rollout import Rollout
 
@@ -131,13 +135,13 @@ class Sampler:
     """Fills `Rollout`s of `num_steps` steps from every env of `envs` with `policy`.
 
     Args:
-        envs: a pool in same-step autoreset mode; for double buffering its `batch_size` must be
-            half its (even) `num_envs`.
+        envs: a pool in same-step autoreset mode that steps all its envs together (`batch_size`
+            its `num_envs`); or, for double buffering, a sequence of such pools of one size
+            (the envs' halves), stepped in turn.
         policy: computes actions, log-probabilities and values on `device`; a recurrent one
             (`policy.recurrent`) gets its state carried per env.
         num_steps: steps per env in each rollout.
         device: where rollouts live and the policy runs.
-        double_buffered: overlap stepping one half of the envs with inference on the other.
         obs_transform: e.g. an observation normalizer, applied before the policy and storage.
         reward_transform: e.g. a reward scaler, applied to what the learner sees (episode
             statistics always use the env's own rewards).
@@ -146,35 +150,41 @@ class Sampler:
 
     def __init__(
         self,
-        envs: EnvPool,
+        envs: EnvPool | Sequence[EnvPool],
         policy: Policy | RecurrentPolicy,
         num_steps: int,
         *,
         device: torch.device | str = "cpu",
-        double_buffered: bool = False,
         obs_transform: ObsTransform | None = None,
         reward_transform: RewardTransform | None = None,
         timer: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None,
     ) -> None:
-        if envs.metadata.get("autoreset_mode") != AutoresetMode.SAME_STEP:
-            raise ValueError(
-                "the sampler needs an env pool with autoreset_mode='SameStep' (to record the "
-                "value of truncated episodes' final observations)"
-            )
-        n = envs.num_envs
-        if double_buffered and (n < 2 or n % 2 or envs.batch_size != n // 2):
-            raise ValueError(
-                f"double buffering needs an even num_envs >= 2 and batch_size = num_envs / 2; "
-                f"got num_envs={n}, batch_size={envs.batch_size}"
-            )
-        if not double_buffered and envs.batch_size != n:
-            raise ValueError(f"sync sampling needs batch_size = num_envs = {n}")
+        pools = list(envs) if isinstance(envs, Sequence) else [envs]
+        if not pools:
+            raise ValueError("the sampler needs an env pool")
+        for pool in pools:
+            if pool.metadata.get("autoreset_mode") != AutoresetMode.SAME_STEP:
+                raise ValueError(
+                    "the sampler needs env pools with autoreset_mode='SameStep' (to record the "
+                    "value of truncated episodes' final observations)"
+                )
+            if pool.batch_size != pool.num_envs:
+                raise ValueError(
+                    f"the sampler steps all the envs of a pool together: it needs batch_size = "
+                    f"num_envs, got {pool.batch_size} of {pool.num_envs}"
+                )
+        m = pools[0].num_envs
+        if any(pool.num_envs != m for pool in pools):
+            sizes = [pool.num_envs for pool in pools]
+            raise ValueError(f"double buffering needs pools of one size, got {sizes}")
         if num_steps <= 0:
             raise ValueError(f"num_steps must be positive, got {num_steps}")
-        self.envs, self.policy, self.num_steps = envs, policy, num_steps
+        self.pools, self.policy, self.num_steps = pools, policy, num_steps
+        self.num_envs = n = m * len(pools)
+        self.double_buffered = len(pools) > 1
+        """Whether the pools take turns: one steps while the policy acts for the next."""
         self.device = torch.device(device)
         self._staging = Staging(self.device)  # pinned, non-blocking copies on CUDA
-        self.double_buffered = double_buffered
         self.obs_transform, self.reward_transform = obs_transform, reward_transform
         self.timer = timer or (lambda name: contextlib.nullcontext())
         self.episodes = EpisodeTracker(n)
@@ -187,10 +197,10 @@ class Sampler:
         hidden = None
         if self.recurrent:
             self._state = self._initial_state()
-            self._next_state = self._initial_state() if double_buffered else None
+            self._next_state = self._initial_state() if self.double_buffered else None
             hidden = self._state[0].shape[1]
 
-        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        obs_space, act_space = pools[0].single_observation_space, pools[0].single_action_space
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 and obs_transform is None else None
         if isinstance(act_space, spaces.Discrete):
             act_shape, act_dtype = (), torch.int64
@@ -200,11 +210,11 @@ class Sampler:
             self._clip = (act_space.low, act_space.high)
         else:
             raise ValueError(f"the sampler supports Discrete and Box actions, got {act_space}")
-        t, n = num_steps, envs.num_envs
-        # Double buffering keeps up to a second rollout of steps taken ahead, plus row T:
-        # the observation (and its value) each env is at when the rollout ends.
+        t = num_steps
+        # Double buffering also acts at row T: each env's step past the rollout, whose value
+        # bootstraps it, taken while the learner updates; it opens the next rollout as row 0.
         self._storage = Rollout.empty(
-            2 * t + 1 if double_buffered else t,
+            t + 1 if self.double_buffered else t,
             n,
             tuple(obs_space.shape),
             obs_dtype or torch.float32,
@@ -214,7 +224,7 @@ class Sampler:
             hidden,
         )
         st = self._storage
-        if double_buffered:
+        if self.double_buffered:
             self.rollout = Rollout(
                 st.obs[:t], st.actions[:t], st.rewards[:t], st.terminated[:t], st.truncated[:t],
                 outputs={k: v[:t] for k, v in st.outputs.items()},
@@ -224,31 +234,27 @@ class Sampler:
             )  # fmt: skip
         else:
             self.rollout = st
-        self._all = np.arange(n)
-        self._sent = np.zeros(n, np.int64)  # double: steps sent in this rollout, per env
-        self._fresh = np.zeros(n, bool)  # double: the next recv of this env is its reset
-        # double: envs a whole rollout ahead of the others, held until the next rollout opens
-        self._held_ids = np.zeros(0, np.int64)
-        self._held_obs: list[torch.Tensor] = []
         self._obs: torch.Tensor | None = None  # sync: the observations to act on
         self._started = False
+        self._primed = False  # double: every env has been sent its step 0
 
     # ---- public API ---------------------------------------------------------------------------
 
     def reset(self, seed: SeedLike = None) -> None:
         """Reset every env (env i gets `seed + i`); the next rollout starts from there."""
-        self.episodes = EpisodeTracker(self.envs.num_envs)
+        self.episodes = EpisodeTracker(self.num_envs)
         self._started = True
         if self.recurrent:
             self._state = self._initial_state()
             self._starts[:] = True
+        seeds = expand_seeds(seed, self.num_envs)
+        m = self.pools[0].num_envs
         if self.double_buffered:
-            self.envs.async_reset(seed=seed)
-            self._sent[:] = 0
-            self._fresh[:] = True
-            self._held_ids, self._held_obs = np.zeros(0, np.int64), []
+            for k, pool in enumerate(self.pools):
+                pool.async_reset(seed=seeds[k * m : (k + 1) * m] or None)
+            self._primed = False
             return
-        obs, _ = self.envs.reset(seed=seed)
+        obs, _ = self.pools[0].reset(seed=seeds or None)
         self._obs = self._to_device(obs, update=True)
 
     @torch.no_grad()
@@ -264,12 +270,12 @@ class Sampler:
             assert self._state is not None
             r.state[0].copy_(self._state[0])
             r.state[1].copy_(self._state[1])
+        every = np.arange(self.num_envs)
         for t in range(self.num_steps):
-            actions = self._act(t, self._all, self._obs)
+            actions = self._act(t, every, self._obs)
             with self.timer("env"):
-                result = self.envs.step(actions)
-            obs = self._record(t, self._all, result)
-            self._obs = obs
+                result = self.pools[0].step(actions)
+            self._obs = self._record(t, every, result)
         assert self._obs is not None
         r.next_obs.copy_(self._obs)
         with self.timer("inference"):
@@ -284,64 +290,53 @@ class Sampler:
     # ---- double buffering ---------------------------------------------------------------------
 
     def _collect_double(self) -> None:
-        t = self.num_steps
-        ahead = int(self._sent.max()) - t
-        if ahead > 0:  # steps taken past the last rollout open this one
-            st = self._storage
-            bufs = [st.obs, st.actions, st.rewards, st.terminated, st.truncated,
-                    *st.outputs.values(), *st.final.values()]  # fmt: skip
+        """Each row, every pool in turn: take its results of the row, act for its next row and
+        send it (so the other pool steps meanwhile). Row T's actions, by this rollout's policy,
+        are the next rollout's row 0; their values bootstrap this one."""
+        t, st = self.num_steps, self._storage
+        if not self._primed:
+            for k, pool in enumerate(self.pools):
+                with self.timer("env"):
+                    obs, *_, info = pool.recv()  # the reset's first observations
+                ids = self._ids(k, info)
+                self._send(k, 0, ids, self._to_device(obs, update=True))
+            self._primed = True
+        else:  # row T, acted on and sent at the end of the last rollout, opens this one
+            bufs = [st.obs, st.actions, *st.outputs.values()]
             for buf in bufs if st.starts is None else [*bufs, st.starts]:
-                buf[:ahead] = buf[t : t + ahead].clone()  # a held env's rows overlap row t
-            if st.state is not None:  # every env took its step T, this rollout's step 0
+                buf[0] = buf[t]
+            if st.state is not None:  # every env's state before its step T, now its step 0
                 assert self._next_state is not None
                 st.state[0].copy_(self._next_state[0])
                 st.state[1].copy_(self._next_state[1])
-        self._sent -= np.minimum(self._sent, t)
-        if len(self._held_ids):  # their observations open this rollout's step t + 1
-            ids, obs = self._held_ids, torch.cat(self._held_obs)
-            self._held_ids, self._held_obs = np.zeros(0, np.int64), []
-            self._send(ids, obs)
-        # An env's results for step s arrive when sent = s + 1; the rollout is complete when
-        # every env has sent step t (the row holding its next observation and value).
-        while self._sent.min() <= t:
-            with self.timer("env"):
-                result = self.envs.recv()
-            ids = np.asarray(result[4]["env_id"], np.int64)
-            fresh = self._fresh[ids]  # their first observation after async_reset()
-            self._fresh[ids] = False
-            obs = self._record(self._sent[ids] - 1, ids, result, keep=~fresh)
-            over = self._sent[ids] > 2 * t  # a whole rollout ahead: no row left for them
-            if over.any():  # the pool's scheduling passed others over; hold these envs back
-                in_flight = len(self._all) - len(self._held_ids) - int(over.sum())
-                if in_flight < self.envs.batch_size:
-                    raise RuntimeError(
-                        "envs ran a whole rollout ahead of the others and too few are left in "
-                        "flight to fill a batch; the pool starves some envs"
-                    )
-                keep = torch.as_tensor(over, device=obs.device)
-                self._held_ids = np.concatenate([self._held_ids, ids[over]])
-                self._held_obs.append(obs[keep])
-                ids, obs = ids[~over], obs[~keep]
-            if len(ids):
-                self._send(ids, obs)
+        for row in range(t):
+            for k, pool in enumerate(self.pools):
+                with self.timer("env"):
+                    result = pool.recv()
+                ids = self._ids(k, result[4])
+                self._send(k, row + 1, ids, self._record(row, ids, result))
 
-    def _send(self, ids: np.ndarray, obs: torch.Tensor) -> None:
-        """Act for envs `ids` at their next rows and send them a step."""
-        actions = self._act(self._sent[ids], ids, obs)
+    def _ids(self, k: int, info: dict[str, Any]) -> np.ndarray:
+        """The sampler's env ids of pool k's results, in the order the pool returned them."""
+        return k * self.pools[0].num_envs + np.asarray(info["env_id"], np.int64)
+
+    def _send(self, k: int, row: int, ids: np.ndarray, obs: torch.Tensor) -> None:
+        """Act for pool k's envs `ids` at `row` and send them a step."""
+        actions = self._act(row, ids, obs)
+        local = ids - k * self.pools[0].num_envs
         with self.timer("env"):
-            self.envs.send(actions, ids.astype(np.int32))
-        self._sent[ids] += 1
+            self.pools[k].send(actions, local.astype(np.int32))
 
     # ---- pieces -------------------------------------------------------------------------------
 
-    def _act(self, rows: Any, ids: np.ndarray, obs: torch.Tensor | None) -> np.ndarray:
-        """Choose actions for envs `ids` at step `rows` (an int or one per env) and store them."""
+    def _act(self, row: int, ids: np.ndarray, obs: torch.Tensor | None) -> np.ndarray:
+        """Choose actions for envs `ids` at `row` and store them."""
         assert obs is not None
         st = self._storage
-        index = self._index(rows, ids)
+        index = self._index(row, ids)
         with self.timer("inference"):
             if self.recurrent:
-                action, logprob, value = self._step(rows, ids, index, obs)
+                action, logprob, value = self._step(row, ids, index, obs)
             else:
                 action, logprob, value = self.policy.act(obs)
             st.obs[index] = obs
@@ -354,29 +349,26 @@ class Sampler:
         return out
 
     def _step(
-        self, rows: Any, ids: np.ndarray, index: tuple[Any, Any], obs: torch.Tensor
+        self, row: int, ids: np.ndarray, index: tuple[Any, Any], obs: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A recurrent policy's step for envs `ids` at step `rows`: their states advance here, and
-        the state before step 0 (or, double-buffered, before step T: the next rollout's 0) is
-        kept for the rollout."""
+        """A recurrent policy's step for envs `ids` at `row`: their states advance here, and the
+        state before step 0 (double-buffered: before the first step 0, then before each step T,
+        the next rollout's 0) is kept for the rollout."""
         assert self._state is not None
         st = self._storage
         assert st.starts is not None and st.state is not None
+        env = index[1]
         starts = torch.as_tensor(self._starts[ids], device=self.device)
         st.starts[index] = starts
-        if isinstance(rows, int):  # sync: every env at once
+        if not self.double_buffered:  # every env at once
             action, logprob, value, state = self._rnn.step(obs, starts, self._state)
             assert state is not None
             self._state = state
             return action, logprob, value
-        env = index[1]
-        assert self._next_state is not None
-        for row, keep in ((0, st.state), (self.num_steps, self._next_state)):
-            at = env[torch.as_tensor(rows == row)]
-            if len(at):
-                keep[0][at] = self._state[0][at]
-                keep[1][at] = self._state[1][at]
         mine = (self._state[0][env], self._state[1][env])
+        keep = {0: st.state, self.num_steps: self._next_state}.get(row)
+        if keep is not None:
+            keep[0][env], keep[1][env] = mine
         action, logprob, value, state = self._rnn.step(obs, starts, mine)
         assert state is not None
         self._state[0][env] = state[0]
@@ -384,28 +376,16 @@ class Sampler:
         return action, logprob, value
 
     def _initial_state(self) -> State:
-        state = self._rnn.initial_state(self.envs.num_envs, self.device)
+        state = self._rnn.initial_state(self.num_envs, self.device)
         if state is None:
             raise ValueError("a recurrent policy's initial_state() gave no state")
         return state
 
-    def _record(
-        self, rows: Any, ids: np.ndarray, result: tuple[Any, ...], keep: Any = None
-    ) -> torch.Tensor:
-        """Store the results of step `rows` of envs `ids` (only where `keep`, if given: the
-        others are first observations, not results); return all the next observations."""
+    def _record(self, row: int, ids: np.ndarray, result: tuple[Any, ...]) -> torch.Tensor:
+        """Store the results of step `row` of envs `ids`; return their next observations."""
         obs, reward, terminated, truncated, info = result
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         reward = np.asarray(reward, np.float32)
-        batch_ids = ids
-        if keep is not None and not keep.all():
-            if not keep.any():
-                return self._to_device(obs, update=True)
-            rows, ids, reward = rows[keep], ids[keep], reward[keep]
-            terminated, truncated = terminated[keep], truncated[keep]
-            positions = np.flatnonzero(keep)
-        else:
-            positions = None
         ends = np.logical_or(terminated, truncated)
         self.episodes.update(ids, reward, ends, info)
         if self.recurrent:
@@ -415,22 +395,22 @@ class Sampler:
         final = np.zeros(len(ids), np.float32)
         cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
         if cut.size:
-            at = cut if positions is None else positions[cut]
-            final[cut] = self._final_values(info, at, batch_ids[at])
+            final[cut] = self._final_values(info, cut, ids[cut])
         st = self._storage
-        index = self._index(rows, ids)
+        index = self._index(row, ids)
         for buf, x in ((st.rewards, np.asarray(reward, np.float32)), (st.terminated, terminated),
                        (st.truncated, truncated), (st.final["values"], final)):  # fmt: skip
             buf[index] = self._staging(x)
         return self._to_device(obs, update=True)
 
-    def _index(self, rows: Any, ids: np.ndarray) -> tuple[Any, Any]:
-        """Where step `rows` of envs `ids` lives in the (T, N, ...) storage: a plain row for sync
-        sampling (step `rows` of every env), gathered (row, env) pairs for double buffering (index
-        tensors staged to the device: no host wait)."""
-        if isinstance(rows, int):
-            return rows, slice(None)
-        return self._staging(np.asarray(rows, np.int64)), self._staging(np.asarray(ids, np.int64))
+    def _index(self, row: int, ids: np.ndarray) -> tuple[int, Any]:
+        """Where step `row` of envs `ids` lives in the (T, N, ...) storage: the row, and the envs
+        as a slice where they are consecutive and in order (the usual case), else an index
+        tensor staged to the device (no host wait)."""
+        first = int(ids[0])
+        if np.array_equal(ids, np.arange(first, first + len(ids))):
+            return row, slice(first, first + len(ids))
+        return row, self._staging(np.asarray(ids, np.int64))
 
     def _final_values(self, info: dict[str, Any], idx: np.ndarray, env: np.ndarray) -> np.ndarray:
         """V(final observation) of the truncated envs at positions `idx` within the batch (`env`:
