@@ -77,9 +77,10 @@ class Config(TorchConfig, AccelFields):
     hidden: tuple[int, ...] = (120, 84)
     """Hidden layer widths of the MLP Q-network (vector observations)."""
     sampler: Literal["sync", "double"] = "sync"
-    """`sync` steps all envs then infers; `double` overlaps two halves (needs even num_envs)."""
+    """`sync` steps all envs then infers; `double` overlaps two halves, two pools that take turns
+    (needs even num_envs)."""
     num_threads: int | None = None
-    """Env pool threads (default: physical cores)."""
+    """Env pool threads (default: physical cores); with `--sampler double`, per half's pool."""
 
 
 PRESETS = Presets(Config, {
