@@ -9,7 +9,8 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
   out: docs/benchmarks.md, 2026-11-28), PPO with a throughput preset (double-buffered, 128
   envs) in float32 and bf16, and APPO with its Atari preset (4 actors of 8 envs) and with the
   same 128 envs (8 actors of 16), as threads (each actor's 16 envs in one pool, and in two that
-  take turns: `--env-splits 2`) and as processes: SPS, the time split, and SPS as
+  take turns: `--env-splits 2`; the server batching with no wait, `--timeout-ms 0`) and as
+  processes: SPS, the time split, the inference server's batch, latency and load, and SPS as
   a share of the engine alone stepping the same envs with random actions (goal: >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads: float32
   with a seeded reset per episode, then with a seeded reset per env per evaluation
@@ -284,20 +285,22 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
     n = size["throughput_envs"]
     actors = size["appo_actors"]  # the throughput APPO: its actors hold n envs in all
     shape = (actors, n // actors)
-    runs = [("PPO, Atari preset", "sync", None, "float32", None, False, False, 1),
-            ("PPO, Atari preset, compiled", "sync", None, "float32", None, True, False, 1),
-            ("PPO, throughput", "double", n, "float32", None, False, False, 1),
-            ("PPO, throughput", "double", n, "bf16", None, False, False, 1),
-            ("APPO, Atari preset", "appo", None, "float32", None, False, False, 1),
-            ("APPO, throughput", "appo", None, "float32", shape, False, False, 1),
-            ("APPO, throughput, 2 env splits", "appo", None, "float32", shape, False, False, 2),
-            ("APPO, throughput, process actors", "appo", None, "float32", shape, False, True,
-             1)]  # fmt: skip
+    # (label, mode, envs, precision, APPO's actors x envs, compiled, APPO's options)
+    runs = [("PPO, Atari preset", "sync", None, "float32", None, False, {}),
+            ("PPO, Atari preset, compiled", "sync", None, "float32", None, True, {}),
+            ("PPO, throughput", "double", n, "float32", None, False, {}),
+            ("PPO, throughput", "double", n, "bf16", None, False, {}),
+            ("APPO, Atari preset", "appo", None, "float32", None, False, {}),
+            ("APPO, throughput", "appo", None, "float32", shape, False, {}),
+            ("APPO, throughput, 2 env splits", "appo", None, "float32", shape, False,
+             {"env_splits": 2}),
+            ("APPO, throughput, no batching wait (--timeout-ms 0)", "appo", None, "float32",
+             shape, False, {"timeout_ms": 0.0}),
+            ("APPO, throughput, process actors", "appo", None, "float32", shape, False,
+             {"process_actors": True})]  # fmt: skip
     rows, skipped = [], []
     with tempfile.TemporaryDirectory() as root:
-        for k, (label, mode, num_envs, precision, shape, compiled, procs, splits) in enumerate(
-            runs
-        ):
+        for k, (label, mode, num_envs, precision, shape, compiled, appo_options) in enumerate(runs):
             if rows and _out_of_time(config, 30):
                 skipped.append(f"{label} ({mode}, {precision})")
                 continue
@@ -307,8 +310,7 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
                                            actors=shape and shape[0],
                                            envs_per_actor=shape and shape[1],
                                            device=str(device), precision=precision,
-                                           compile=compiled, process_actors=procs,
-                                           env_splits=splits)  # type: ignore[arg-type]  # fmt: skip
+                                           compile=compiled, **appo_options)  # type: ignore[arg-type]  # fmt: skip
             r = train.measure(bench, mode, Path(root) / str(k))
             if mode == "appo":
                 c = appo.resolve(appo.Config(env=ENV, total_steps=1, actors=bench.actors,

@@ -50,6 +50,9 @@ class TrainBenchConfig(AccelFields):
     the learner's process."""
     env_splits: int = 1
     """APPO's pools per actor, stepped in turn (`onebox train appo --env-splits`)."""
+    timeout_ms: float | None = None
+    """How long APPO's inference server lets a request wait for others to join its batch
+    (`onebox train appo --timeout-ms`; default: APPO's)."""
     torch_threads: int | None = None
     """Torch CPU threads (default: the learner's choice)."""
     device: str = "auto"
@@ -88,7 +91,7 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
                                 envs_per_actor=config.envs_per_actor,
                                 process_actors=config.process_actors,
                                 env_splits=config.env_splits)  # fmt: skip
-        fields: dict[str, Any] = {}
+        fields: dict[str, Any] = {"timeout_ms": config.timeout_ms}
     else:
         module = ppo
         base = ppo.Config(env=config.env, num_envs=config.num_envs, num_steps=config.num_steps,
