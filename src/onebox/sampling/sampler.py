@@ -18,9 +18,9 @@ Two modes:
 Observations go to the device as they come (uint8 images stay uint8 until the network; on CUDA
 through pinned buffers with non-blocking copies, `onebox.nn.accel.Staging`, so the one host wait
 per step is the one that fetches the actions); there is no Python loop over envs. The pools
-must use same-step autoreset: a truncated episode's final observation is then at hand, and the rollout records V(final obs) (`Rollout.final`) for the
-learner to bootstrap its last reward with (`Rollout.bootstrapped_rewards`); the sampler itself
-folds nothing into the rewards.
+must use same-step autoreset: a truncated episode's final observation is then at hand, and the
+rollout records V(final obs) (`Rollout.final`) for the learner to bootstrap its last reward with
+(`Rollout.bootstrapped_rewards`); the sampler itself folds nothing into the rewards.
 
 A recurrent policy (`policy.recurrent`, e.g. an `ActorCritic` with an LSTM core) gets each env's
 state carried across steps and rollouts, indexed by env id, and zeroed where an episode starts.
