@@ -18,15 +18,8 @@ from onebox.algos.impala import bootstrap_truncated, stack
 from onebox.nn.networks import ActorCritic
 from onebox.sampling import Rollout
 from onebox.sampling.actor_client import InferResult
-from onebox.sampling.actors import (
-    ACTOR_CRITIC_OUTPUTS,
-    ActorSpec,
-    LocalPolicy,
-    SharedWeights,
-    UnrollRing,
-    Weights,
-    collect,
-)
+from onebox.sampling.actors import ActorSpec, UnrollRing, collect
+from onebox.sampling.policies import ACTOR_CRITIC_OUTPUTS, LocalPolicy, SharedWeights, Weights
 
 GAMMA = 0.9
 

@@ -20,9 +20,10 @@ from onebox import cli, run
 from onebox.algos import r2d2
 from onebox.replay import SequenceBatch
 from onebox.sampling.actor_client import InferResult
-from onebox.sampling.actors import ThreadActor, Weights
+from onebox.sampling.actors import ThreadActor
 from onebox.sampling.channels import SequenceChannel
 from onebox.sampling.inference import InferenceServer
+from onebox.sampling.policies import Weights
 from onebox.sampling.rollout import Rollout
 from test_actors import run_collect
 

@@ -30,9 +30,10 @@ import torch
 from onebox import cluster, run
 from onebox.algos import offpolicy
 from onebox.algos.common import parse_env_options, setup_torch
-from onebox.sampling.actors import ActorSpec, ProcessActors, SharedWeights, ThreadActor, Weights
+from onebox.sampling.actors import ActorSpec, ProcessActors, ThreadActor
 from onebox.sampling.channels import ReplayChannel
 from onebox.sampling.inference import InferenceServer, OutputSpec, PolicyFn
+from onebox.sampling.policies import SharedWeights, Weights
 
 
 class Learner(Protocol):

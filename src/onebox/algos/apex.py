@@ -56,9 +56,10 @@ from onebox.nn.networks import QNetwork
 from onebox.replay import ReplayBatch, ReplayBuffer
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets
-from onebox.sampling.actors import ActorSpec, LocalPolicy, Weights
+from onebox.sampling.actors import ActorSpec
 from onebox.sampling.channels import ReplayChannel
 from onebox.sampling.inference import InferenceServer
+from onebox.sampling.policies import LocalPolicy, Weights
 
 
 @dataclasses.dataclass

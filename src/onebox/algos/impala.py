@@ -52,15 +52,10 @@ from onebox.nn.accel import Accel, AccelFields, check_accel, resolve_device
 from onebox.nn.networks import ActorCritic
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets
-from onebox.sampling.actors import (
-    ACTOR_CRITIC_OUTPUTS,
-    ActorSpec,
-    LocalPolicy,
-    Weights,
-    actor_critic_policy,
-)
+from onebox.sampling.actors import ActorSpec
 from onebox.sampling.channels import FifoChannel
 from onebox.sampling.inference import InferenceServer
+from onebox.sampling.policies import ACTOR_CRITIC_OUTPUTS, LocalPolicy, Weights, actor_critic_policy
 from onebox.sampling.rollout import Rollout, bootstrapped_rewards
 
 

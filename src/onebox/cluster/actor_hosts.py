@@ -38,8 +38,9 @@ import numpy as np
 import torch
 
 from onebox.cluster import import_ray
-from onebox.sampling.actors import ActorSpec, ThreadActor, Weights
+from onebox.sampling.actors import ActorSpec, ThreadActor
 from onebox.sampling.inference import InferenceServer
+from onebox.sampling.policies import Weights
 from onebox.sampling.rollout import Rollout
 
 TAKE_WAIT_S = 1.0

@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import time
 from collections.abc import Callable
 from multiprocessing import resource_tracker
 from typing import Any
@@ -44,13 +43,14 @@ from typing import Any
 import cloudpickle
 import numpy as np
 import torch
-from torch import nn
 
 import onebox.envs
 from onebox.envs.shm import Block, Layout
-from onebox.nn.accel import inherit_torch_threads, to_host
+from onebox.nn.accel import inherit_torch_threads
+from onebox.run.timing import TimeSplit
 from onebox.sampling.actor_client import ActorClient, InferResult, OutputSpec
-from onebox.sampling.inference import EnvStates, InferenceServer, PolicyFn
+from onebox.sampling.inference import InferenceServer
+from onebox.sampling.policies import SharedWeights
 from onebox.sampling.rollout import Rollout
 from onebox.sampling.sampler import EpisodeTracker
 
@@ -136,11 +136,15 @@ def collect(
     seed: int,
     buffers: Callable[[], dict[str, np.ndarray] | None],
     publish: Callable[[list[float], list[int]], None],
+    timing: TimeSplit | None = None,
 ) -> None:
     """The actor loop: fill the arrays `buffers()` gives (None: stop) with one unroll, then
     `publish(returns, lengths)` it; repeat. `pools` (from `spec.make_pools`) hold envs
     [0, m), [m, 2m), ... of the actor; each row, a pool's results for the row before are
-    taken while the next pool's step is in flight, then its next step is sent."""
+    taken while the next pool's step is in flight, then its next step is sent. `timing`, if
+    given, adds up the loop's seconds in the env pools ("env"), waiting for actions
+    ("inference") and waiting for `buffers` and `publish` ("blocked": the learner's side)."""
+    timer = timing if timing is not None else TimeSplit()
     t_len, m = spec.unroll, pools[0].num_envs
     ids = [np.arange(k * m, (k + 1) * m) for k in range(len(pools))]
     cols = [slice(k * m, (k + 1) * m) for k in range(len(pools))]
@@ -155,7 +159,8 @@ def collect(
 
     def act(buf: dict[str, np.ndarray], k: int, t: int) -> None:
         c = cols[k]
-        result = infer(ids[k], obs[k], starts[c])
+        with timer("inference"):
+            result = infer(ids[k], obs[k], starts[c])
         if t == 0 and result.state is not None:
             buf["h"][c], buf["c"][c] = result.state
         buf["obs"][t, c], buf["starts"][t, c] = obs[k], starts[c]
@@ -163,10 +168,12 @@ def collect(
         for key in spec.outputs:
             buf[f"out.{key}"][t, c] = result.outputs[key]
             buf[f"final.{key}"][t, c] = 0
-        pools[k].send(result.actions)
+        with timer("env"):
+            pools[k].send(result.actions)
 
     def finish(buf: dict[str, np.ndarray], k: int, t: int) -> None:
-        o, reward, term, trunc, info = pools[k].recv()
+        with timer("env"):
+            o, reward, term, trunc, info = pools[k].recv()
         env = k * m + np.asarray(info["env_id"], np.int64)  # the actor's envs, in batch order
         ends = np.logical_or(term, trunc)
         starts[env] = ends
@@ -178,11 +185,16 @@ def collect(
         obs[k] = _in_env_order(o, env - k * m)
         cut = env[np.logical_and(trunc, np.logical_not(term))]
         if len(cut):  # the bootstrap input, from the episodes' own states
-            final = infer(cut, buf["final_obs"][t, cut], np.zeros(len(cut), np.bool_))
+            with timer("inference"):
+                final = infer(cut, buf["final_obs"][t, cut], np.zeros(len(cut), np.bool_))
             for key in spec.outputs:
                 buf[f"final.{key}"][t, cut] = final.outputs[key]
 
-    while (buf := buffers()) is not None:
+    def next_buffers() -> dict[str, np.ndarray] | None:
+        with timer("blocked"):
+            return buffers()
+
+    while (buf := next_buffers()) is not None:
         for t in range(t_len):
             for k in range(len(pools)):
                 if t:
@@ -191,7 +203,8 @@ def collect(
         for k in range(len(pools)):
             finish(buf, k, t_len - 1)
         buf["next_obs"][:] = np.concatenate(obs)
-        publish(*tracker.pop())
+        with timer("blocked"):
+            publish(*tracker.pop())
 
 
 def _in_env_order(batch: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
@@ -201,138 +214,6 @@ def _in_env_order(batch: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
     out = np.empty_like(batch)
     out[env_ids] = batch
     return out
-
-
-def actor_critic_policy(net: Any) -> PolicyFn:
-    """An `ActorCritic` as the inference server's policy: outputs `actions`, `logprobs` and
-    `values` (see `ACTOR_CRITIC_OUTPUTS`); with an LSTM also its new state."""
-    if net.recurrent:
-
-        def recurrent(obs: torch.Tensor, actor_ids: Any, env_ids: Any, state: Any) -> Any:
-            action, logprob, value, state1 = net.step(obs, None, state)
-            return {"actions": action, "logprobs": logprob, "values": value}, state1
-
-        return recurrent
-
-    def feed_forward(obs: torch.Tensor, actor_ids: Any, env_ids: Any) -> dict[str, torch.Tensor]:
-        action, logprob, value = net.act(obs)
-        return {"actions": action, "logprobs": logprob, "values": value}
-
-    return feed_forward
-
-
-ACTOR_CRITIC_OUTPUTS: OutputSpec = {"logprobs": ((), np.float32), "values": ((), np.float32)}
-"""What `actor_critic_policy` outputs besides actions: behaviour log-probabilities and V(obs)."""
-
-
-class Weights:
-    """The learner's latest published weights, `(version, state_dict)`, for local inference."""
-
-    def __init__(self, net: nn.Module, version: int) -> None:
-        self.latest: tuple[int, dict[str, torch.Tensor]] = (version, {})
-        self.publish(net, version)
-
-    def publish(self, net: nn.Module, version: int) -> None:
-        """Snapshot `net`'s weights as `version` (one atomic attribute swap)."""
-        self.latest = (version, {k: v.detach().clone() for k, v in net.state_dict().items()})
-
-
-class SharedWeights:
-    """`Weights` for actors in other processes: each tensor of the network's state dict as an
-    array of one shared-memory block, beside the version and a sequence count. The learner
-    `publish`es in place (the count is odd while it writes); an actor's `latest` copies the
-    block out only when the version has moved, and again if a publish overlapped the copy (a
-    seqlock: one writer, any number of readers, nobody waits for a lock)."""
-
-    def __init__(self, layout: Layout, name: str | None = None) -> None:
-        self.block = Block(layout, name=name)
-        self.a = self.block.arrays
-        self._latest: tuple[int, dict[str, torch.Tensor]] = (-1, {})
-        self._copies: tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
-        """The network last published and (its array in the block, its tensor) pairs."""
-
-    @classmethod
-    def create(cls, net: nn.Module, version: int) -> SharedWeights:
-        """A new block holding `net`'s weights as `version` (the learner's side)."""
-        state = net.state_dict()
-        arrays = [
-            (f"w.{k}", tuple(v.shape), v.detach().cpu().numpy().dtype) for k, v in state.items()
-        ]
-        weights = cls(Layout.plan([*arrays, ("version", (1,), np.int64), ("seq", (1,), np.int64)]))
-        weights.publish(net, version)
-        return weights
-
-    def publish(self, net: nn.Module, version: int) -> None:
-        """Write `net`'s weights as `version`. The tensors of a network published before are
-        reused (an optimizer and `load_state_dict` change them in place)."""
-        if self._copies is None or self._copies[0] is not net:
-            pairs = [(torch.from_numpy(self.a[f"w.{k}"]), v) for k, v in net.state_dict().items()]
-            self._copies = (net, pairs)
-        seq = self.a["seq"]
-        seq[0] += 1  # odd: a reader that started its copy now will copy again
-        with torch.no_grad():
-            for array, tensor in self._copies[1]:
-                array.copy_(tensor)
-        self.a["version"][0] = version
-        seq[0] += 1
-
-    @property
-    def latest(self) -> tuple[int, dict[str, torch.Tensor]]:
-        """`(version, state_dict)` of the newest weights (the actor's side)."""
-        if int(self.a["version"][0]) == self._latest[0]:
-            return self._latest
-        while True:
-            before = int(self.a["seq"][0])
-            if before % 2 == 0:
-                state = {k[2:]: torch.from_numpy(v.copy()) for k, v in self.a.items()
-                         if k.startswith("w.")}  # fmt: skip
-                version = int(self.a["version"][0])
-                if int(self.a["seq"][0]) == before:
-                    self._latest = (version, state)
-                    return self._latest
-            time.sleep(0.0001)
-
-    def close(self, unlink: bool = False) -> None:
-        """Drop this process's mapping; `unlink`: free the block (the learner, at the end)."""
-        self.a, self._copies, self._latest = {}, None, (-1, {})
-        self.block.close(unlink=unlink)
-
-
-class LocalPolicy:
-    """Actor-side inference (IMPALA, and every actor host on Ray): a copy of the network,
-    reloaded whenever the learner has published newer weights. `policy`: the copy as a
-    `PolicyFn` (default: `actor_critic_policy(net)`). With `lstm` (the recurrent policy's state
-    size) each env's state is kept here as the inference server keeps it (`EnvStates`)."""
-
-    def __init__(self, weights: Weights, net: Any, actor_id: int = 0, policy: PolicyFn | None = None,
-                 lstm: int | None = None) -> None:  # fmt: skip
-        self.weights, self.net, self.version = weights, net, -1
-        self.policy = policy or actor_critic_policy(net)
-        self.device = next(net.parameters()).device
-        self.states = EnvStates(lstm, self.device) if lstm is not None else None
-        self.actor_id = actor_id
-
-    @torch.no_grad()
-    def __call__(self, ids: np.ndarray, obs: np.ndarray, starts: np.ndarray) -> InferResult:
-        version, weights = self.weights.latest
-        if version != self.version:
-            self.net.load_state_dict(weights)
-            self.version = version
-        x = torch.as_tensor(obs, device=self.device)
-        if self.states is None:
-            rows = torch.as_tensor(ids, device=self.device)
-            out = self.policy(x, torch.full_like(rows, self.actor_id), rows)
-            fetch = out
-        else:
-            rows, state0 = self.states.before(ids, starts)
-            out, state1 = self.policy(x, torch.full_like(rows, self.actor_id), rows, state0)
-            self.states.after(rows, state1)
-            fetch = {**out, "state.h": state0[0], "state.c": state0[1]}
-        outputs = to_host(fetch)  # one wait for the device
-        start = None
-        if self.states is not None:
-            start = (outputs.pop("state.h"), outputs.pop("state.c"))
-        return InferResult(outputs.pop("actions"), outputs, version, start)
 
 
 class ThreadActor(threading.Thread):
@@ -354,11 +235,15 @@ class ThreadActor(threading.Thread):
         space = self.pools[0].single_observation_space
         self._arrays: list[tuple[str, tuple, Any]] = spec.arrays(space.shape, space.dtype)
         self._buf: dict[str, np.ndarray] = {}
+        self.timing = TimeSplit()
+        """The actor's seconds in its env pools, waiting for actions and waiting for the learner
+        (see `collect`); the learner's loop reads and resets it."""
 
     def run(self) -> None:
         inherit_torch_threads()  # a local policy runs here
         try:
-            collect(self.spec, self.infer, self.pools, self.seed, self._buffers, self._publish)
+            collect(self.spec, self.infer, self.pools, self.seed, self._buffers, self._publish,
+                    self.timing)  # fmt: skip
         except BaseException as e:  # handed to the learner, which raises it
             self.error = e
         finally:

@@ -23,7 +23,7 @@ Two kinds of actors:
 With `lstm=H` the policy is recurrent: the server keeps an (h, c) pair of size H for every
 (actor, env), resets it when the actor flags that env's episode as ended (`dones`: this
 observation starts a new episode) or when the actor restarts (`reset_actor`, or a process actor's
-death), in an `EnvStates` per actor (an actor-side `onebox.sampling.actors.LocalPolicy` keeps
+death), in an `EnvStates` per actor (an actor-side `onebox.sampling.policies.LocalPolicy` keeps
 its envs' states in one the same way), and calls `policy_fn(obs, (h, c)) -> (action, logprob,
 value, (h, c))`. Without it, `policy_fn(obs) -> (action, logprob, value)`.
 
