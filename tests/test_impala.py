@@ -85,6 +85,13 @@ def test_the_server_batches_one_env_split_of_every_actor(tmp_path: Path) -> None
     busy = [v for _, v in metric(run_dir, "charts/inference_busy")]
     assert len(latency) == len(busy) == len(batches)
     assert all(v > 0 for v in latency) and all(0 < v < 1 for v in busy)
+    # And the thread actors' time split: shares of their time that add up to 1.
+    split = {k: [v for _, v in metric(run_dir, f"charts/actor_{k}")]
+             for k in ("env", "inference", "blocked", "other")}  # fmt: skip
+    assert all(len(v) == len(batches) for v in split.values())
+    for shares in zip(*split.values(), strict=True):
+        assert min(shares) >= 0 and sum(shares) == pytest.approx(1.0)
+    assert min(split["env"]) > 0 and min(split["inference"]) > 0
 
 
 def test_process_actors_run_their_own_recurrent_policies_on_the_published_weights(

@@ -177,6 +177,34 @@ class ServerStats:
                 "charts/inference_busy": busy / wall}  # fmt: skip
 
 
+class ActorStats:
+    """Thread actors' charts between two logs: the shares of their time in their env pools
+    (`charts/actor_env`), waiting for actions (`charts/actor_inference`), waiting for the
+    learner to take their unrolls (`charts/actor_blocked`) and the rest of their loop
+    (`charts/actor_other`: recording, and waiting for the GIL)."""
+
+    def __init__(self, actors: list[ThreadActor]) -> None:
+        self.actors = actors
+        self.last = time.perf_counter()
+
+    def update(self) -> dict[str, float]:
+        """The charts since the last call (none without thread actors)."""
+        now = time.perf_counter()
+        wall = (now - self.last) * len(self.actors)
+        self.last = now
+        if not self.actors or wall <= 0:
+            return {}
+        totals: dict[str, float] = {}
+        for actor in self.actors:
+            for name, seconds in actor.timing.totals().items():
+                totals[name] = totals.get(name, 0.0) + seconds
+            actor.timing.reset()
+        timed = {k: totals.get(k, 0.0) for k in ("env", "inference", "blocked")}
+        timed["other"] = max(0.0, wall - sum(timed.values()))
+        total = sum(timed.values())  # the wall time, or more where a section spans two logs
+        return {f"charts/actor_{k}": v / total for k, v in timed.items()}
+
+
 def actors_note(config: Any) -> str:
     """Where a run's actors run and where their actions come from, for its log."""
     where = "threads" if not config.process_actors else "processes"
@@ -301,7 +329,7 @@ def _train(
                 )
                 threads.append(ThreadActor(a, spec, infer, channel, seeds[a]))
 
-        server_stats = ServerStats(server)
+        server_stats, actor_stats = ServerStats(server), ActorStats(threads)
 
         def check() -> bool:  # while waiting for the channel: raise a failed actor's error
             for actor in threads:
@@ -342,6 +370,7 @@ def _train(
                 if updates % parts.log_every == 0:
                     stats.update({"charts/updates": updates, **session.rates(global_step)})
                     stats.update(server_stats.update())
+                    stats.update(actor_stats.update())
                     if procs is not None:
                         stats["charts/actor_restarts"] = procs.restarts()
                     if hosts is not None:

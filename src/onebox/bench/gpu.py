@@ -328,10 +328,12 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
             rows.append([f"{label} ({mode}, {envs_total} envs)", precision, str(r.batch),
                          f"{r.sps:.0f}", f"{r.sps / r.batch:.2f}", split or "-",
                          "-" if r.lag is None else f"{r.lag:.1f}", r.server_text(),
+                         r.actors_text(),
                          common.format_rate(alone),
                          f"{100 * share:.0f}%", "met" if share >= 0.6 else "missed"])  # fmt: skip
     header = ["run", "precision", "batch", "SPS", "updates/s", "time split", "policy lag",
-              "inference server (batch, latency, busy)", "engine alone", "SPS / engine",
+              "inference server (batch, latency, busy)", "thread actors' time", "engine alone",
+              "SPS / engine",
               "goal >= 60%"]  # fmt: skip
     return "\n".join([
         f"## Training throughput, {ENV}", "",
@@ -340,7 +342,9 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
         "random actions, sync for the sync sampler, async otherwise. For APPO, SPS is also the "
         "inference server's rate and updates/s the learner's, measured together; its server: "
         "envs per policy call, a request's mean time in the server (waiting for its batch, "
-        "then the call), the share of the time in policy calls.", "",
+        "then the call), the share of the time in policy calls; thread actors' time: in their "
+        "env pools, waiting for actions, waiting for the learner to take their unrolls, the "
+        "rest of their loop (recording, waiting for the GIL).", "",
         _table(header, rows), *_skipped(skipped),
     ])  # fmt: skip
 

@@ -71,6 +71,15 @@ class Result:
     server: dict[str, float]
     """APPO: the inference server's charts (`charts/inference_batch`, `_latency_ms`, `_busy`,
     without the prefix), means over the timed updates; empty for PPO."""
+    actors: dict[str, float]
+    """APPO with thread actors: their time split (`charts/actor_env`, `_inference`, `_blocked`,
+    `_other`, as "env", ...), means over the timed updates; else empty."""
+
+    def actors_text(self) -> str:
+        """The actors' split as "env 40%, inference 50%, blocked 0%, other 10%", or "-"."""
+        if not self.actors:
+            return "-"
+        return ", ".join(f"{k} {100 * v:.0f}%" for k, v in self.actors.items())
 
     def server_text(self) -> str:
         """The server's charts as "128 envs, 2.1 ms, busy 40%", or "-"."""
@@ -125,12 +134,21 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
     }
     lags = [float(r["value"]) for r in rows if r["tag"] == "charts/policy_lag"]
     lag = sum(lags) / len(lags) if lags else None
-    server: dict[str, list[float]] = {}
+    server, actors = (
+        _chart_means(rows, "charts/inference_", s0),
+        _chart_means(rows, "charts/actor_", s0),
+    )
+    return Result(mode, (s1 - s0) / (t1 - t0), split, batch, lag,
+                  {f"inference_{k}": v for k, v in server.items()}, actors)  # fmt: skip
+
+
+def _chart_means(rows: list[dict[str, str]], prefix: str, after: int) -> dict[str, float]:
+    """The mean of each chart named `prefix` + name logged after step `after`, by name."""
+    values: dict[str, list[float]] = {}
     for r in rows:
-        if r["tag"].startswith("charts/inference_") and int(r["step"]) > s0:
-            server.setdefault(r["tag"].removeprefix("charts/"), []).append(float(r["value"]))
-    means = {k: sum(v) / len(v) for k, v in server.items()}
-    return Result(mode, (s1 - s0) / (t1 - t0), split, batch, lag, means)
+        if r["tag"].startswith(prefix) and int(r["step"]) > after:
+            values.setdefault(r["tag"].removeprefix(prefix), []).append(float(r["value"]))
+    return {k: sum(v) / len(v) for k, v in values.items()}
 
 
 def run(config: TrainBenchConfig) -> int:
@@ -146,6 +164,9 @@ def run(config: TrainBenchConfig) -> int:
     served = any(r.server for r in results)
     if served:
         header.append("inference server (batch, latency, busy)")
+    acted = any(r.actors for r in results)
+    if acted:
+        header.append("thread actors' time")
     header += ["× CleanRL (240)"]
     sync = next((r.sps for r in results if r.mode == "sync"), None)
     if sync:
@@ -160,6 +181,7 @@ def run(config: TrainBenchConfig) -> int:
             *(f"{100 * r.split.get(k, 0.0):.0f}%" for k in sections),
             "-" if r.lag is None else f"{r.lag:.1f}",
             *([r.server_text()] if served else []),
+            *([r.actors_text()] if acted else []),
             f"{r.sps / CLEANRL_ATARI_SPS:.2f}×",
             *([f"{r.sps / sync:.2f}×"] if sync else []),
         ]
@@ -175,7 +197,9 @@ def run(config: TrainBenchConfig) -> int:
             "env steps per update. Time split: each run's `time/*` shares. Policy lag: learner version minus "
             "behaviour version, mean over the run. Inference server (APPO): envs per policy "
             "call, a request's mean time in the server (waiting for its batch, then the call) "
-            "and the share of the time in policy calls, means over the timed updates. "
+            "and the share of the time in policy calls, means over the timed updates; thread "
+            "actors' time: in their env pools, waiting for actions, waiting for the learner to "
+            "take their unrolls, the rest of their loop. "
             f"× CleanRL: against {CLEANRL_ATARI_SPS:.0f} SPS, the reference's figure for CleanRL's "
             "ppo_atari_envpool on a 2-core machine like this one (not rerun here). Frames/s "
             "count 4 frames per Atari step.",
