@@ -55,3 +55,27 @@ def test_rows_past_the_deadline_are_reported_not_run(tmp_path: Path) -> None:
     rows = [line for line in section.splitlines() if line.startswith("| float32 | env | 2 of")]
     assert len(rows) == 1
     assert "Not run, the deadline being near: float32, env seeds, 4 groups;" in section
+
+
+def test_a_row_that_raises_costs_only_that_row(tmp_path: Path, monkeypatch) -> None:
+    # A lease is minutes long: a row that fails is reported with its traceback and the part's
+    # other rows still run; the suite then exits non-zero.
+    from onebox.bench import evolve
+
+    real = evolve.population_rate
+
+    def flaky(bench, slots):
+        if bench.slot_groups == 4:
+            raise RuntimeError("a row that breaks")
+        return real(bench, slots)
+
+    monkeypatch.setattr(evolve, "population_rate", flaky)
+    out = tmp_path / "report"
+    deadline = str(time.time() + 200)  # room for the first three rows, the most wanted
+    assert cli.main(["bench", "gpu", "--tiny", "--device", "cpu", "--out", str(out),
+                     "--env-threads", "1", "--parts", "evolve", "--deadline", deadline]) == 1  # fmt: skip
+    section = (out / "report.md").read_text().split("## Evolution", 1)[1]
+    assert "**Failed: float32, env seeds, 4 groups**" in section
+    assert "RuntimeError: a row that breaks" in section
+    rows = [line for line in section.splitlines() if line.startswith("| float32 | env |")]
+    assert [row.split(" | ")[2] for row in rows][:2] == ["2 of 2", "3 of 2"]

@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -130,6 +131,8 @@ def run(config: GpuBenchConfig) -> int:
             try:
                 last = out if part in ("offpolicy", "learn") else engine  # runs' folder or rates
                 body = PART_FNS[part](config, device, size, last)
+                if "\n**Failed: " in body:  # a row of it raised; the others are in the report
+                    failed.append(part)
             except Exception:  # the report says it, and the other parts still run
                 failed.append(part)
                 trace = traceback.format_exc().strip().splitlines()[-12:]
@@ -147,6 +150,18 @@ def run(config: GpuBenchConfig) -> int:
 def _out_of_time(config: GpuBenchConfig, seconds: float) -> bool:
     """Whether less than `seconds` are left before the suite's deadline."""
     return config.deadline is not None and time.time() > config.deadline - seconds
+
+
+def _attempt(label: str, failures: list[str], measure: Callable[..., Any], *args: Any) -> Any:
+    """`measure(*args)`, or None with the end of its traceback added to `failures` (the
+    report's lines), so that one row that raises costs its part only that row."""
+    try:
+        return measure(*args)
+    except Exception:
+        trace = traceback.format_exc().strip().splitlines()[-12:]
+        failures += ["", f"**Failed: {label}**", "", "```", *trace, "```"]
+        print(f"{label} failed:\n" + "\n".join(trace), file=sys.stderr)
+        return None
 
 
 def _skipped(labels: list[str]) -> list[str]:
@@ -298,10 +313,10 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
              shape, False, {"timeout_ms": 0.0}),
             ("APPO, throughput, process actors", "appo", None, "float32", shape, False,
              {"process_actors": True})]  # fmt: skip
-    rows, skipped = [], []
+    rows, skipped, failures = [], [], []
     with tempfile.TemporaryDirectory() as root:
         for k, (label, mode, num_envs, precision, shape, compiled, appo_options) in enumerate(runs):
-            if rows and _out_of_time(config, 30):
+            if (rows or failures) and _out_of_time(config, 30):
                 skipped.append(f"{label} ({mode}, {precision})")
                 continue
             bench = train.TrainBenchConfig(env=ENV, modes=(mode,), iterations=size["iterations"],
@@ -311,7 +326,10 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
                                            envs_per_actor=shape and shape[1],
                                            device=str(device), precision=precision,
                                            compile=compiled, **appo_options)  # type: ignore[arg-type]  # fmt: skip
-            r = train.measure(bench, mode, Path(root) / str(k))
+            r = _attempt(f"{label} ({mode}, {precision})", failures, train.measure, bench, mode,
+                         Path(root) / str(k))  # fmt: skip
+            if r is None:
+                continue
             if mode == "appo":
                 c = appo.resolve(appo.Config(env=ENV, total_steps=1, actors=bench.actors,
                                              envs_per_actor=bench.envs_per_actor))  # fmt: skip
@@ -345,7 +363,7 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
         "then the call), the share of the time in policy calls; thread actors' time: in their "
         "env pools, waiting for actions, waiting for the learner to take their unrolls, the "
         "rest of their loop (recording, waiting for the GIL).", "",
-        _table(header, rows), *_skipped(skipped),
+        _table(header, rows), *_skipped(skipped), *failures,
     ])  # fmt: skip
 
 
@@ -382,22 +400,25 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
 
     threads = config.env_threads
     group = size["slots"] // 2  # networks per forward call: one slot group's
-    calls = []
+    calls, failures = [], []
     for dtype in ("float32", "bfloat16"):
         bench = evolve.resolve(evolve.EvolveBenchConfig(
             env=ENV, population=size["population"], device=str(device), dtype=dtype,
             seconds=size["seconds"],
         ))  # fmt: skip
         auto = PopulationNet.conv_for(device, dtype)
-        ms = {conv: evolve.forward_ms(bench, group, conv) for conv in ("grouped", "im2col")}
-        calls.append([dtype, f"{ms['grouped']:.2f} ms", f"{ms['im2col']:.2f} ms", auto])
-    rows, skipped = [], []
+        ms = {conv: _attempt(f"forward, {dtype}, {conv}", failures, evolve.forward_ms, bench,
+                             group, conv)
+              for conv in ("grouped", "im2col")}  # fmt: skip
+        calls.append([dtype, *(f"{v:.2f} ms" if v is not None else "failed" for v in ms.values()),
+                      auto])  # fmt: skip
+    rows, skipped, params = [], [], 0
     # Groups of `group` slots each, two to four of them: more pools in flight, batches as large.
     # The rows most wanted first: a row takes about 70 s, and those past the deadline are left.
     for dtype, seeds, groups in (("float32", "env", 2), ("float32", "env", 4),
                                  ("float32", "env", 3), ("float32", "pair", 2),
                                  ("bfloat16", "env", 2)):  # fmt: skip
-        if rows and _out_of_time(config, 80):
+        if (rows or failures) and _out_of_time(config, 80):
             skipped.append(f"{dtype}, {seeds} seeds, {groups} groups")
             continue
         slots = group * groups
@@ -406,7 +427,10 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
             max_episode_steps=size["episode_cap"], slot_groups=groups, num_threads=threads,
             device=str(device), dtype=dtype, seconds=size["seconds"], episode_seeds=seeds,
         ))  # fmt: skip
-        r = evolve.population_rate(bench, slots)
+        r = _attempt(f"{dtype}, {seeds} seeds, {groups} groups", failures,
+                     evolve.population_rate, bench, slots)  # fmt: skip
+        if r is None:
+            continue
         params, share = r.params, r.frames / r.env_only
         rows.append([dtype, seeds, f"{groups} of {group}", common.format_rate(r.frames),
                      common.format_rate(r.env_only),
@@ -433,7 +457,7 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         "waiting for the GIL); the env share is what is left. Pools in flight: the shares of "
         "the population run's time with 0, 1, 2, ... of the groups' pools stepping (sent, not "
         "yet received).", "",
-        _table(header, rows), *_skipped(skipped), "",
+        _table(header, rows), *_skipped(skipped), *failures, "",
         f"The population forward alone (`bench.evolve.forward_ms`): {group} networks (one slot "
         "group) each on its own observation already on the device, actions fetched to the host; "
         "conv layers as one grouped `conv2d` or as `unfold` + one `baddbmm` (im2col); auto: "
