@@ -30,7 +30,7 @@ import torch
 from onebox import cluster, run
 from onebox.algos import offpolicy
 from onebox.algos.common import parse_env_options, setup_torch
-from onebox.sampling.actors import ActorSpec, ProcessActors, ThreadActor
+from onebox.sampling.actors import ACTOR_SECTIONS, ActorSpec, ProcessActors, ThreadActor
 from onebox.sampling.channels import ReplayChannel
 from onebox.sampling.inference import InferenceServer, OutputSpec, PolicyFn
 from onebox.sampling.policies import SharedWeights, Weights
@@ -178,28 +178,29 @@ class ServerStats:
 
 
 class ActorStats:
-    """Thread actors' charts between two logs: the shares of their time in their env pools
-    (`charts/actor_env`), waiting for actions (`charts/actor_inference`), waiting for the
+    """Thread and process actors' charts between two logs: the shares of their time in their env
+    pools (`charts/actor_env`), waiting for actions (`charts/actor_inference`), waiting for the
     learner to take their unrolls (`charts/actor_blocked`) and the rest of their loop
-    (`charts/actor_other`: recording, and waiting for the GIL)."""
+    (`charts/actor_other`: recording, and waiting for the GIL in threads). `totals()` gives each
+    actor's seconds per section so far (a restarted process actor's start again from 0)."""
 
-    def __init__(self, actors: list[ThreadActor]) -> None:
-        self.actors = actors
-        self.last = time.perf_counter()
+    def __init__(self, totals: Callable[[], list[dict[str, float]]]) -> None:
+        self.totals = totals
+        self.last, self.seen = time.perf_counter(), totals()
 
     def update(self) -> dict[str, float]:
-        """The charts since the last call (none without thread actors)."""
-        now = time.perf_counter()
-        wall = (now - self.last) * len(self.actors)
-        self.last = now
-        if not self.actors or wall <= 0:
+        """The charts since the last call (none without actors that report their time)."""
+        now, current = time.perf_counter(), self.totals()
+        wall = (now - self.last) * len(current)
+        seen = self.seen + [{}] * (len(current) - len(self.seen))
+        self.last, self.seen = now, current
+        if wall <= 0:
             return {}
-        totals: dict[str, float] = {}
-        for actor in self.actors:
-            for name, seconds in actor.timing.totals().items():
-                totals[name] = totals.get(name, 0.0) + seconds
-            actor.timing.reset()
-        timed = {k: totals.get(k, 0.0) for k in ("env", "inference", "blocked")}
+        timed = dict.fromkeys(ACTOR_SECTIONS, 0.0)
+        for before, after in zip(seen, current, strict=True):
+            for k in ACTOR_SECTIONS:
+                delta = after.get(k, 0.0) - before.get(k, 0.0)
+                timed[k] += delta if delta >= 0 else after.get(k, 0.0)  # restarted: a new life
         timed["other"] = max(0.0, wall - sum(timed.values()))
         total = sum(timed.values())  # the wall time, or more where a section spans two logs
         return {f"charts/actor_{k}": v / total for k, v in timed.items()}
@@ -329,7 +330,9 @@ def _train(
                 )
                 threads.append(ThreadActor(a, spec, infer, channel, seeds[a]))
 
-        server_stats, actor_stats = ServerStats(server), ActorStats(threads)
+        server_stats = ServerStats(server)
+        actor_stats = ActorStats(lambda: [actor.timing.totals() for actor in threads]
+                                 + (procs.timing() if procs is not None else []))  # fmt: skip
 
         def check() -> bool:  # while waiting for the channel: raise a failed actor's error
             for actor in threads:

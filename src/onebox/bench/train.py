@@ -72,7 +72,7 @@ class Result:
     """APPO: the inference server's charts (`charts/inference_batch`, `_latency_ms`, `_busy`,
     without the prefix), means over the timed updates; empty for PPO."""
     actors: dict[str, float]
-    """APPO with thread actors: their time split (`charts/actor_env`, `_inference`, `_blocked`,
+    """APPO: its actors' time split (`charts/actor_env`, `_inference`, `_blocked`,
     `_other`, as "env", ...), means over the timed updates; else empty."""
 
     def actors_text(self) -> str:
@@ -134,10 +134,9 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
     }
     lags = [float(r["value"]) for r in rows if r["tag"] == "charts/policy_lag"]
     lag = sum(lags) / len(lags) if lags else None
-    server, actors = (
-        _chart_means(rows, "charts/inference_", s0),
-        _chart_means(rows, "charts/actor_", s0),
-    )
+    server = _chart_means(rows, "charts/inference_", s0)
+    actor = _chart_means(rows, "charts/actor_", s0)  # also actor_restarts, left out
+    actors = {k: actor[k] for k in ("env", "inference", "blocked", "other") if k in actor}
     return Result(mode, (s1 - s0) / (t1 - t0), split, batch, lag,
                   {f"inference_{k}": v for k, v in server.items()}, actors)  # fmt: skip
 
@@ -166,7 +165,7 @@ def run(config: TrainBenchConfig) -> int:
         header.append("inference server (batch, latency, busy)")
     acted = any(r.actors for r in results)
     if acted:
-        header.append("thread actors' time")
+        header.append("actors' time")
     header += ["× CleanRL (240)"]
     sync = next((r.sps for r in results if r.mode == "sync"), None)
     if sync:
@@ -197,8 +196,8 @@ def run(config: TrainBenchConfig) -> int:
             "env steps per update. Time split: each run's `time/*` shares. Policy lag: learner version minus "
             "behaviour version, mean over the run. Inference server (APPO): envs per policy "
             "call, a request's mean time in the server (waiting for its batch, then the call) "
-            "and the share of the time in policy calls, means over the timed updates; thread "
-            "actors' time: in their env pools, waiting for actions, waiting for the learner to "
+            "and the share of the time in policy calls, means over the timed updates; actors' "
+            "time: in their env pools, waiting for actions, waiting for the learner to "
             "take their unrolls, the rest of their loop. "
             f"× CleanRL: against {CLEANRL_ATARI_SPS:.0f} SPS, the reference's figure for CleanRL's "
             "ppo_atari_envpool on a 2-core machine like this one (not rerun here). Frames/s "

@@ -55,6 +55,9 @@ from onebox.sampling.rollout import Rollout
 from onebox.sampling.sampler import EpisodeTracker
 
 InferFn = Callable[[np.ndarray, np.ndarray, np.ndarray], InferResult]
+
+ACTOR_SECTIONS = ("env", "inference", "blocked")
+"""What `collect` times: the env pools, waiting for actions, waiting for the learner."""
 """(env ids, observations, starts) -> the actions of those envs; `starts[i]`: obs i begins an
 episode (a recurrent policy's state for that env is zeroed first)."""
 
@@ -237,7 +240,7 @@ class ThreadActor(threading.Thread):
         self._buf: dict[str, np.ndarray] = {}
         self.timing = TimeSplit()
         """The actor's seconds in its env pools, waiting for actions and waiting for the learner
-        (see `collect`); the learner's loop reads and resets it."""
+        (see `collect`), since it started."""
 
     def run(self) -> None:
         inherit_torch_threads()  # a local policy runs here
@@ -274,7 +277,8 @@ is idle the actors use it whatever their priority."""
 
 class UnrollRing:
     """A process actor's `slots` unroll slots in one shared-memory block, plus its episode
-    statistics, the slots' states (free/full) and order, its life count and a stop flag.
+    statistics, the slots' states (free/full) and order, its life count, a stop flag and its
+    seconds in each of `ACTOR_SECTIONS` this life (written at each publish).
 
     Two semaphores wake the sides up instead of polling (a poll beside the learner costs it a
     hand-off of the GIL or of its core each time): `arrived` is released at each publish (the
@@ -305,12 +309,14 @@ class UnrollRing:
             ("order", (slots,), np.int64),
             ("lives", (1,), np.int64),
             ("stop", (1,), np.int64),
+            ("timing", (len(ACTOR_SECTIONS),), np.float64),
         ]
         return Layout.plan(arrays)
 
     def slot(self, k: int) -> dict[str, np.ndarray]:
         """Views of slot k's unroll arrays."""
-        skip = {"ep_returns", "ep_lengths", "ep_count", "flags", "order", "lives", "stop"}
+        skip = {"ep_returns", "ep_lengths", "ep_count", "flags", "order", "lives", "stop",
+                "timing"}  # fmt: skip
         return {name: v[k] for name, v in self.a.items() if name not in skip}
 
     # the actor's side
@@ -383,9 +389,15 @@ def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: 
             torch.set_num_threads(1)  # the cores are the pools' and the learner's
             infer = cloudpickle.loads(local)(actor, shared)
         pools = spec.make_pools(seed)
+        timing = TimeSplit()
+
+        def publish(returns: list[float], lengths: list[int]) -> None:
+            totals = timing.totals()
+            ring.a["timing"][:] = [totals.get(k, 0.0) for k in ACTOR_SECTIONS]
+            ring.publish(slot[0], returns, lengths)
+
         try:
-            collect(spec, infer, pools, seed, buffers,
-                    lambda returns, lengths: ring.publish(slot[0], returns, lengths))  # fmt: skip
+            collect(spec, infer, pools, seed, buffers, publish, timing)
         finally:
             for pool in pools:
                 pool.close()
@@ -443,6 +455,12 @@ class ProcessActors:
     def restarts(self) -> int:
         """Restarts of all actors so far."""
         return sum(self.server.restarts(a) for a in range(self.count))
+
+    def timing(self) -> list[dict[str, float]]:
+        """Each actor's seconds in each of `ACTOR_SECTIONS` in its current life, as of its last
+        unroll."""
+        return [dict(zip(ACTOR_SECTIONS, ring.a["timing"].tolist(), strict=True))
+                for ring in self.rings]  # fmt: skip
 
     def _collect(self) -> None:
         try:
