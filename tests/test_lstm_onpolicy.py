@@ -39,10 +39,8 @@ def recurrent_rollout(
     """A decisive recurrent net (its policy head scaled up, so log-probabilities depend on the
     state) and its third rollout on CartPole with 30-step episodes: starts and carried states."""
     torch.manual_seed(0)
-    m = num_envs // 2 if double else num_envs
-    pools = [onebox.envs.make("CartPole-v1", m, num_threads=2, seed=k * m,
-                              autoreset_mode="SameStep", max_episode_steps=30)
-             for k in range(num_envs // m)]  # fmt: skip
+    pools = onebox.envs.make_splits(2 if double else 1, "CartPole-v1", num_envs, 2, 0,
+                                    autoreset_mode="SameStep", max_episode_steps=30)  # fmt: skip
     net = ActorCritic(pools[0].single_observation_space, pools[0].single_action_space, lstm=16)
     with torch.no_grad():
         net.actor.weight.mul_(300.0)

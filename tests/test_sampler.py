@@ -35,11 +35,23 @@ def _pool(num_envs: int, env: str = "CartPole-v1", seed: int = 3, **kwargs: obje
 @contextlib.contextmanager
 def _pools(num_envs: int, double: bool, env: str = "CartPole-v1", **kwargs: object):
     """One pool of `num_envs` envs, or (double) two halves, env i seeded 3 + i as in one."""
-    m = num_envs // 2 if double else num_envs
-    with contextlib.ExitStack() as stack:
-        pools = [stack.enter_context(_pool(m, env, 3 + k * m, **kwargs))
-                 for k in range(num_envs // m)]  # fmt: skip
+    pools = onebox.envs.make_splits(2 if double else 1, env, num_envs, 2, 3,
+                                    autoreset_mode="SameStep", **kwargs)  # fmt: skip
+    try:
         yield pools if double else pools[0]
+    finally:
+        for pool in pools:
+            pool.close()
+
+
+def test_splits_are_one_pools_envs_and_bad_splits_are_refused() -> None:
+    with _pool(6) as one, _pools(6, True) as halves:
+        whole, _ = one.reset(seed=3)
+        parts = [pool.reset(seed=3 + 3 * k)[0] for k, pool in enumerate(halves)]
+        np.testing.assert_array_equal(np.concatenate(parts), whole)
+    for splits in (0, 4):
+        with pytest.raises(ValueError, match=f"6 envs cannot be split into {splits} pools"):
+            onebox.envs.make_splits(splits, "CartPole-v1", 6)
 
 
 def _collect(double: bool, steps: int = 40, env: str = "CartPole-v1", policy=None, **kwargs):

@@ -1,5 +1,5 @@
 """What the on-policy learners (PPO, A2C) share: the agent a checkpoint restores, the training env
-pool, the run loop around a `Sampler` (on a `RunSession`: run folder, logs, progress bar,
+pools, the run loop around a `Sampler` (on a `RunSession`: run folder, logs, progress bar,
 checkpoints, Ctrl-C, exact resume), and the greedy policy of a finished run for `onebox eval`.
 
 A learner module supplies its config (a dataclass with the fields `run_loop` reads: env, seed,
@@ -99,34 +99,20 @@ def build_agent(config: Any, envs: Any, device: torch.device, optimizer: MakeOpt
     return Agent(net, optimizer(net.parameters()), obs_norm, scaler)
 
 
-def make_envs(config: Any, num_envs: int | None = None, seed: int | None = None) -> Any:
-    """An env pool of the run's env (same-step autoreset): `num_envs` envs (default the run's)."""
-    n = num_envs if num_envs is not None else config.num_envs
-    assert n is not None
-    return onebox.envs.make(
-        config.env,
-        n,
-        num_threads=config.num_threads,
-        seed=config.seed if seed is None else seed,
-        autoreset_mode="SameStep",
-        **parse_env_options(config.env_options),
-    )
+def make_probe(config: Any) -> Any:
+    """A pool of one env of the run's env, for its spaces (a finished run's policy)."""
+    return onebox.envs.make(config.env, 1, num_threads=1, seed=config.seed,
+                            autoreset_mode="SameStep",
+                            **parse_env_options(config.env_options))  # fmt: skip
 
 
 def make_pools(config: Any) -> list[Any]:
     """The training env pools: one of `num_envs` envs, or with `--sampler double` two halves
     (env i seeded `seed + i` as in one pool), each with `num_threads` threads."""
-    halves = 2 if config.sampler == "double" else 1
-    m = config.num_envs // halves
-    pools: list[Any] = []
-    try:
-        for k in range(halves):
-            pools.append(make_envs(config, m, config.seed + k * m))
-    except BaseException:
-        for pool in pools:
-            pool.close()
-        raise
-    return pools
+    return onebox.envs.make_splits(2 if config.sampler == "double" else 1, config.env,
+                                   config.num_envs, config.num_threads, config.seed,
+                                   autoreset_mode="SameStep",
+                                   **parse_env_options(config.env_options))  # fmt: skip
 
 
 CHECKPOINT_KEYS = ("agent", "iteration", "env_seed")
@@ -207,7 +193,7 @@ def run_loop(
 def load_policy(run_dir: Path, config: Any, make_agent: MakeAgent, device: str = "cpu") -> Policy:
     """The trained policy of a run: greedy actions for a batch of observations."""
     state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)["agent"]
-    with make_envs(config, num_envs=1) as probe:
+    with make_probe(config) as probe:
         agent = make_agent(config, probe, torch.device(device))
     agent.load_state_dict(state)
     norm = agent.obs_norm

@@ -200,7 +200,7 @@ def train(config: Config, resume: Path | None = None) -> Path:
 
 def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
     """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    with onpolicy.make_envs(config, num_envs=1) as probe:
+    with onpolicy.make_probe(config) as probe:
         agent = make_agent(config, probe, torch.device(device))
     agent.load_state_dict(run.load_checkpoint(run_dir)["agent"])
     assert isinstance(agent.net, EpsilonGreedy)

@@ -42,6 +42,7 @@ __all__ = [
     "env_options",
     "list_envs",
     "make",
+    "make_splits",
     "physical_cores",
 ]
 
@@ -184,6 +185,33 @@ def make(
         seed=seed,
         **env_kwargs,
     )
+
+
+def make_splits(
+    splits: int,
+    env_id: str,
+    num_envs: int,
+    num_threads: int | None = None,
+    seed: int = 0,
+    **kwargs: Any,
+) -> list[EnvPool]:
+    """`num_envs` envs as `splits` pools of `m = num_envs // splits` that take turns
+    (double-buffered sampling): pool k's env i is seeded `seed + k * m + i`, as env k * m + i of
+    one pool would be, and each pool has `num_threads` threads (at most its envs). `kwargs` go
+    to `make`. If a pool cannot be made, the ones made are closed."""
+    if splits < 1 or num_envs % splits:
+        raise ValueError(f"{num_envs} envs cannot be split into {splits} pools of one size")
+    m = num_envs // splits
+    threads = None if num_threads is None else min(num_threads, m)
+    pools: list[EnvPool] = []
+    try:
+        for k in range(splits):
+            pools.append(make(env_id, m, num_threads=threads, seed=seed + k * m, **kwargs))
+    except BaseException:
+        for pool in pools:
+            pool.close()
+        raise
+    return pools
 
 
 def env_options(env_id: str) -> dict[str, tuple[Any, str]]:

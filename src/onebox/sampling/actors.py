@@ -87,16 +87,9 @@ class ActorSpec:
 
     def make_pools(self, seed: int) -> list[Any]:
         """The actor's `splits` pools, env i of the actor seeded `seed + i` as in one pool."""
-        m = self.num_envs // self.splits
-        pools: list[Any] = []
-        try:
-            for k in range(self.splits):
-                pools.append(self.make_pool(seed + k * m, m, min(self.num_threads, m)))
-        except BaseException:
-            for pool in pools:
-                pool.close()
-            raise
-        return pools
+        return onebox.envs.make_splits(self.splits, self.env, self.num_envs, self.num_threads,
+                                       seed, autoreset_mode="SameStep",
+                                       **self.env_options)  # fmt: skip
 
     def make_pool(
         self, seed: int, num_envs: int | None = None, num_threads: int | None = None
