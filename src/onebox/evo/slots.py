@@ -179,6 +179,19 @@ class SlotPlayer:
             for g in groups:
                 g.prefetch.close()
 
+    def _send(self, g: SlotGroup, *args: Any) -> None:
+        """Send g's pool a step (`pool.send(*args)`); the pool is in flight until `_recv`."""
+        with g.timing("env"):
+            g.pool.send(*args)
+        self._flight.start()
+
+    def _recv(self, g: SlotGroup) -> tuple[Any, ...]:
+        """g's pool's results (`pool.recv()`); the pool is back."""
+        with g.timing("env"):
+            result = g.pool.recv()
+        self._flight.stop()
+        return result
+
     @contextlib.contextmanager
     def _in_flight(self) -> Iterator[None]:
         """A pool's blocking call (a reset): in flight while it runs."""
@@ -214,9 +227,7 @@ class SlotPlayer:
 
     def _step(self, g: SlotGroup) -> bool:
         """Receive g's batch, finish and refill episodes, send the next actions; False when done."""
-        with g.timing("env"):
-            obs, rew, term, trunc, info = g.pool.recv()
-        self._flight.stop()
+        obs, rew, term, trunc, info = self._recv(g)
         ids = info["env_id"]
         cont = self._collect(g, obs, rew, term, trunc, ids)
         keep = np.ones(len(ids), dtype=bool)
@@ -273,9 +284,7 @@ class SlotPlayer:
         g.running = g.size
         self._refill(g, np.arange(g.size))
         while not stop.is_set() and self._dispatch(g, None):
-            with g.timing("env"):
-                obs, rew, term, trunc, info = g.pool.recv()
-            self._flight.stop()
+            obs, rew, term, trunc, info = self._recv(g)
             self._collect(g, obs, rew, term, trunc, info["env_id"])
 
     def _reset_envs(self, g: SlotGroup, envs: np.ndarray, pairs: np.ndarray) -> np.ndarray:
@@ -404,9 +413,7 @@ class SlotPlayer:
             if spare is not None or not g.resetting.any() or g.next == g.pairs.size:
                 return False
             space = g.pool.action_space
-            with g.timing("env"):
-                g.pool.send(np.zeros(space.shape, dtype=space.dtype))
-            self._flight.start()
+            self._send(g, np.zeros(space.shape, dtype=space.dtype))
             return True
         obs = g.obs[:n]
         with g.timing("inference"):
@@ -420,16 +427,12 @@ class SlotPlayer:
         if spare is None:
             full = np.zeros((g.num_envs, *actions.shape[1:]), dtype=actions.dtype)
             full[ids] = actions
-            with g.timing("env"):
-                g.pool.send(full)
-            self._flight.start()
+            self._send(g, full)
             return True
         fill = g.size - n
         if fill:
             ids = np.concatenate([ids, spare[:fill]])
             pad = np.zeros((fill, *actions.shape[1:]), dtype=actions.dtype)
             actions = np.concatenate([actions, pad])
-        with g.timing("env"):
-            g.pool.send(actions, ids)
-        self._flight.start()
+        self._send(g, actions, ids)
         return True

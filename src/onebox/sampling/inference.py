@@ -531,8 +531,8 @@ class InferenceServer:
                     out = self.policy_fn(x, actor_ids, env_ids)
                 else:
                     out, (h1, c1) = self.policy_fn(x, actor_ids, env_ids, (h0, c0))
-            fetched = {"h0": h0, "c0": c0} if self.lstm is not None else {}
-            outputs = self._check_outputs(out, n, fetched)
+            state0 = {"state.h": h0, "state.c": c0} if self.lstm is not None else {}
+            outputs = self._host_outputs(out, n, state0)
         except Exception as e:
             self.error = f"the policy failed in the inference server: {type(e).__name__}: {e}"
             for r in batch:
@@ -546,7 +546,7 @@ class InferenceServer:
         self.env_steps += n
         if self.lstm is not None:
             start = 0
-            h0n, c0n = fetched["h0"], fetched["c0"]
+            h0n, c0n = outputs.pop("state.h"), outputs.pop("state.c")
             for states, ids, _ in rows:
                 end = start + len(ids)
                 states.after(ids, (h1[start:end], c1[start:end]))
@@ -571,19 +571,19 @@ class InferenceServer:
                     os.write(r.proc.resp.fileno(), DONE)
             start = end
 
-    def _check_outputs(self, out: Any, n: int, fetched: dict[str, Any]) -> dict[str, np.ndarray]:
-        """The policy's outputs as numpy arrays of the declared shapes and dtypes, or ValueError;
-        the tensors of `fetched` are fetched with them (one wait for the device) and replaced in
-        it by their arrays."""
+    def _host_outputs(
+        self, out: Any, n: int, extra: dict[str, torch.Tensor]
+    ) -> dict[str, np.ndarray]:
+        """The policy's outputs, and the tensors of `extra`, as numpy arrays on the host (one
+        wait for the device); ValueError unless the outputs have the declared keys, shapes and
+        dtypes."""
         want = {"actions": (self._act_shape, self._act_dtype), **self.outputs}
         if not isinstance(out, dict) or set(out) != set(want):
             got = sorted(out) if isinstance(out, dict) else type(out).__name__
             raise ValueError(f"policy_fn must return a dict with keys {sorted(want)}, got {got}")
-        host = to_host({**out, **{f"state.{k}": v for k, v in fetched.items()}})
-        fetched.update({k: host.pop(f"state.{k}") for k in list(fetched)})
-        arrays = {}
+        arrays = to_host({**out, **extra})
         for k, (shape, dtype) in want.items():
-            arrays[k] = np.asarray(host[k], dtype)
+            arrays[k] = np.asarray(arrays[k], dtype)
             if arrays[k].shape != (n, *shape):
                 raise ValueError(
                     f"policy_fn returned {k} of shape {arrays[k].shape} for {n} observations; "
