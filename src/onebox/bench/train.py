@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from onebox.bench import common
 from onebox.nn.accel import AccelFields
+from onebox.sampling.actors import ACTOR_SECTIONS
 
 CLEANRL_ATARI_SPS = 240.0
 """CleanRL's ppo_atari_envpool on Pong-v5 on a 2-core machine like this one, as given in the
@@ -70,7 +71,7 @@ class Result:
     lag: float | None
     server: dict[str, float]
     """APPO: the inference server's charts (`charts/inference_batch`, `_latency_ms`, `_busy`,
-    without the prefix), means over the timed updates; empty for PPO."""
+    as "batch", ...), means over the timed updates; empty for PPO."""
     actors: dict[str, float]
     """APPO: its actors' time split (`charts/actor_env`, `_inference`, `_blocked`,
     `_other`, as "env", ...), means over the timed updates; else empty."""
@@ -86,8 +87,8 @@ class Result:
         if not self.server:
             return "-"
         s = self.server
-        return (f"{s['inference_batch']:.0f} envs, {s['inference_latency_ms']:.1f} ms, busy "
-                f"{100 * s['inference_busy']:.0f}%")  # fmt: skip
+        return (f"{s['batch']:.0f} envs, {s['latency_ms']:.1f} ms, busy "
+                f"{100 * s['busy']:.0f}%")  # fmt: skip
 
 
 def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
@@ -136,9 +137,8 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
     lag = sum(lags) / len(lags) if lags else None
     server = _chart_means(rows, "charts/inference_", s0)
     actor = _chart_means(rows, "charts/actor_", s0)  # also actor_restarts, left out
-    actors = {k: actor[k] for k in ("env", "inference", "blocked", "other") if k in actor}
-    return Result(mode, (s1 - s0) / (t1 - t0), split, batch, lag,
-                  {f"inference_{k}": v for k, v in server.items()}, actors)  # fmt: skip
+    actors = {k: actor[k] for k in (*ACTOR_SECTIONS, "other") if k in actor}
+    return Result(mode, (s1 - s0) / (t1 - t0), split, batch, lag, server, actors)
 
 
 def _chart_means(rows: list[dict[str, str]], prefix: str, after: int) -> dict[str, float]:
