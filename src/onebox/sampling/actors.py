@@ -91,14 +91,13 @@ class ActorSpec:
                                        seed, autoreset_mode="SameStep",
                                        **self.env_options)  # fmt: skip
 
-    def make_pool(
-        self, seed: int, num_envs: int | None = None, num_threads: int | None = None
-    ) -> Any:
-        """The actor's env pool (same-step autoreset: final observations of truncated episodes)."""
+    def make_pool(self, seed: int, num_envs: int | None = None) -> Any:
+        """One pool of the actor's env (same-step autoreset: final observations of truncated
+        episodes), of `num_envs` envs (default the actor's): what a learner probes."""
         return onebox.envs.make(
             self.env,
             num_envs or self.num_envs,
-            num_threads=num_threads or self.num_threads,
+            num_threads=self.num_threads,
             seed=seed,
             autoreset_mode="SameStep",
             **self.env_options,
