@@ -182,6 +182,7 @@ def test_killed_actor_process_is_restarted_and_training_goes_on(tmp_path: Path) 
         (["--sync-every", "0"], "--sync-every must be positive"),
         (["--lstm", "0"], "--lstm is the LSTM core's size"),
         (["--actor-restarts", "-1"], "--actor-restarts must be >= 0"),
+        (["--timeout-ms", "-1"], "--timeout-ms must be >= 0"),
         (["--env-splits", "3"], "must be a positive divisor of --envs-per-actor (8)"),
         (["--env-splits", "0"], "must be a positive divisor"),
         (["--num-minibatches", "3", "--lstm", "8", "--unroll", "12"], "8 env columns"),

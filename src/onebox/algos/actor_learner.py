@@ -120,6 +120,8 @@ def resolve_actors(config: Any) -> Any:
         )
     if config.actor_restarts < 0:
         raise ValueError(f"--actor-restarts must be >= 0, got {config.actor_restarts}")
+    if config.timeout_ms < 0:
+        raise ValueError(f"--timeout-ms must be >= 0, got {config.timeout_ms}")
     if config.sync_every <= 0:
         raise ValueError(f"--sync-every must be positive, got {config.sync_every}")
     cluster.check_flags(config.ray, config.actor_hosts, "--actor-hosts",
