@@ -54,7 +54,7 @@ def test_rows_past_the_deadline_are_reported_not_run(tmp_path: Path) -> None:
     section = (out / "report.md").read_text().split("## Evolution", 1)[1]
     rows = [line for line in section.splitlines() if line.startswith("| float32 | env | 2 of")]
     assert len(rows) == 1
-    assert "Not run, the deadline being near: float32, env seeds, 4 groups;" in section
+    assert "Not run, the deadline being near: float32, env seeds, 3 groups, in turn;" in section
 
 
 def test_a_row_that_raises_costs_only_that_row(tmp_path: Path, monkeypatch) -> None:
@@ -65,7 +65,7 @@ def test_a_row_that_raises_costs_only_that_row(tmp_path: Path, monkeypatch) -> N
     real = evolve.population_rate
 
     def flaky(bench, slots):
-        if bench.slot_groups == 4:
+        if bench.slot_groups == 3:
             raise RuntimeError("a row that breaks")
         return real(bench, slots)
 
@@ -75,7 +75,8 @@ def test_a_row_that_raises_costs_only_that_row(tmp_path: Path, monkeypatch) -> N
     assert cli.main(["bench", "gpu", "--tiny", "--device", "cpu", "--out", str(out),
                      "--env-threads", "1", "--parts", "evolve", "--deadline", deadline]) == 1  # fmt: skip
     section = (out / "report.md").read_text().split("## Evolution", 1)[1]
-    assert "**Failed: float32, env seeds, 4 groups**" in section
+    assert "**Failed: float32, env seeds, 3 groups, in turn**" in section
     assert "RuntimeError: a row that breaks" in section
     rows = [line for line in section.splitlines() if line.startswith("| float32 | env |")]
-    assert [row.split(" | ")[2] for row in rows][:2] == ["2 of 2", "3 of 2"]
+    assert [row.split(" | ")[2:4] for row in rows][:2] == [["2 of 2", "in turn"],
+                                                           ["2 of 2", "at once"]]  # fmt: skip

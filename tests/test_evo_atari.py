@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from gymnasium import spaces
 
 import onebox.envs
 from onebox.cli import main
+from onebox.envs.atari import AtariEnvPool
 from onebox.evo.evaluator import PopulationEvaluator
 from onebox.nn.population import PopulationNet
 from onebox.run import load_checkpoint, load_config
@@ -93,15 +95,37 @@ def _replay(ev: PopulationEvaluator, params: torch.Tensor, owner: np.ndarray, se
     return returns, lengths
 
 
-def test_atari_fitness_does_not_depend_on_slots_groups_or_threads_and_equals_a_replay() -> None:
+def test_atari_fitness_does_not_depend_on_slots_groups_threads_or_turns_and_equals_a_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Asterix: random networks score differently and some lose the game before the cap, so
-    slots are refilled at different times."""
+    slots are refilled at different times. Pools stepped in turn never step two at once."""
+    stepping = {"now": 0, "most": 0}
+    count = threading.Lock()
+    send, recv = AtariEnvPool.send, AtariEnvPool.recv
+
+    def counted_send(pool: AtariEnvPool, *args: object) -> None:
+        with count:
+            stepping["now"] += 1
+            stepping["most"] = max(stepping["most"], stepping["now"])
+        send(pool, *args)
+
+    def counted_recv(pool: AtariEnvPool) -> tuple:
+        out = recv(pool)
+        with count:
+            stepping["now"] -= 1
+        return out
+
+    monkeypatch.setattr(AtariEnvPool, "send", counted_send)
+    monkeypatch.setattr(AtariEnvPool, "recv", counted_recv)
     runs = []
-    for slots, groups, threads in ((2, 2, 1), (5, 2, 2), (4, 3, 1)):
+    for slots, groups, threads, turns in ((2, 2, 1, False), (5, 2, 2, True), (4, 3, 1, True)):
+        stepping["most"] = 0
         with PopulationEvaluator(
             "Asterix-v5", num_slots=slots, slot_groups=groups, num_threads=threads,
-            hidden=(16,), max_episode_steps=210,
+            hidden=(16,), max_episode_steps=210, pool_turns=turns,
         ) as ev:  # fmt: skip
+            assert ev.pool_turns is turns
             params = torch.stack([ev.net.init_params(100 + i) for i in range(3)])
             t0 = time.perf_counter()
             runs.append(ev.evaluate(params, 2, seed=5))
@@ -109,7 +133,9 @@ def test_atari_fitness_does_not_depend_on_slots_groups_or_threads_and_equals_a_r
             assert ev.frames == runs[-1].frames == 4 * runs[-1].lengths.sum()
             totals = ev.timing.totals()  # each group's thread: parts of its own time
             assert totals["other"] > 0 and sum(totals.values()) <= groups * wall
-            flight = ev.in_flight.fractions()  # 0 to `groups` pools in flight at once
+            assert ("turn" in totals) is turns
+            assert stepping["most"] == 1 if turns else stepping["most"] >= 1
+            flight = ev.in_flight.fractions()  # 0 to `groups` pools in flight (or resetting)
             assert 2 <= len(flight) <= groups + 1 and sum(flight) == pytest.approx(1.0)
     a = runs[0]
     for b in runs[1:]:

@@ -87,8 +87,11 @@ class ActorFields:
     node of the cluster)."""
     max_batch: int = 1024
     """Inference server: most envs per forward pass."""
-    timeout_ms: float = 1.0
-    """Inference server: how long a request waits for others to join its batch."""
+    timeout_ms: float = 0.0
+    """Inference server: how long a request may wait for others to join its batch (0: each
+    policy call takes whatever requests wait, up to `--max-batch`; on an H200 with 8 thread
+    actors of 16 Pong envs, waiting 1 ms made APPO 1.56x slower for no larger batches,
+    docs/benchmarks.md)."""
     num_threads: int | None = None
     """Env pool threads per actor (default: this machine's physical cores shared among the
     actors, at least 1 each); with `--env-splits`, per pool."""

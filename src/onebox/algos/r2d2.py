@@ -246,6 +246,8 @@ class Learner(apex.TargetLearner):
         self.config, self.device, self.channel = config, device, channel
         self.net = make_net(config, obs_space, act_space).to(device)
         self.target = copy.deepcopy(self.net).requires_grad_(False)
+        if isinstance(self.target.core, nn.LSTM):  # a deep copy's weights lie apart, which
+            self.target.core.flatten_parameters()  # cuDNN would compact at every call
         self.opt = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate or 0.0)
         eps = apex.actor_epsilons(config.actors or 1, config.eps_base or 0.0, config.eps_alpha)
         self.epsilons = torch.as_tensor(eps, dtype=torch.float32, device=device)

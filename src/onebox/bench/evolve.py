@@ -29,6 +29,7 @@ import torch
 import onebox.envs
 from onebox.bench import common
 from onebox.evo.evaluator import EpisodeSeeds, PopulationEvaluator
+from onebox.nn.accel import resolve_device
 from onebox.nn.population import ConvImpl, PopulationNet, default_arch
 
 
@@ -53,6 +54,9 @@ class EvolveBenchConfig:
     """Pipelined slot groups, each with its own engine pool (as `onebox evolve --slot-groups`)."""
     num_threads: int = 1
     """Engine worker threads per slot group."""
+    pool_turns: bool | None = None
+    """Atari: the groups' pools step one at a time (as `onebox evolve --pool-turns`; default: in
+    turn with the networks on a GPU)."""
     torch_threads: int = 1
     """torch intra-op threads."""
     device: str = "cpu"
@@ -110,6 +114,7 @@ def _evaluator(
         max_envs=max(num_slots, population),
         native_rollout=native_rollout,
         episode_seeds=config.episode_seeds,
+        pool_turns=config.pool_turns,
     )
 
 
@@ -152,7 +157,7 @@ class PopulationRate:
     env_only: float
     """Frames/s of the same pools with random actions."""
     split: dict[str, float]
-    """The evaluator's time split: shares of "env", "inference", "params" and "other" (see
+    """The evaluator's time split: shares of "env", "turn", "inference", "params" and "other" (see
     `PopulationEvaluator.timing`)."""
     in_flight: list[float]
     """Shares of the population run's time with 0, 1, ... of the groups' pools in flight (see
@@ -281,10 +286,11 @@ def run(config: EvolveBenchConfig) -> int:
         "inference share",
         "params share",
         "other share",
+        "turn share",
         "time with 0, 1, ... pools in flight",
     ]
     rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-", "-", "-",
-             "-"]]  # fmt: skip
+             "-", "-"]]  # fmt: skip
     params = 0
     for k in config.num_slots:
         r = population_rate(config, k)
@@ -299,6 +305,7 @@ def run(config: EvolveBenchConfig) -> int:
                 f"{100 * r.split.get('inference', 0.0):.0f}%",
                 f"{100 * r.split.get('params', 0.0):.0f}%",
                 f"{100 * r.split.get('other', 0.0):.0f}%",
+                f"{100 * r.split.get('turn', 0.0):.0f}%",
                 r.in_flight_text(),
             ]
         )
@@ -306,12 +313,18 @@ def run(config: EvolveBenchConfig) -> int:
     if rollout is not None:
         rows.append(
             ["native rollout", common.format_rate(rollout), "-", "-",
-             common.format_ratio(rollout / single), "-", "-", "-", "-"]
+             common.format_ratio(rollout / single), "-", "-", "-", "-", "-"]
         )  # fmt: skip
+    turns = onebox.envs.backend_of(config.env) == "atari" and (
+        config.pool_turns
+        if config.pool_turns is not None
+        else resolve_device(config.device).type == "cuda"
+    )
     title = (
         f"{config.env}: population {config.population} of {config.arch} "
         f"{'-'.join(map(str, config.hidden))}, {config.slot_groups} slot groups of "
-        f"{config.num_threads} engine thread(s) each, "
+        f"{config.num_threads} engine thread(s) each"
+        f"{', stepped in turn' if turns else ''}, "
         f"{config.torch_threads} torch thread(s), {config.device}, {config.dtype}, episode seeds "
         f"{config.episode_seeds}"
     )
@@ -351,7 +364,9 @@ def run(config: EvolveBenchConfig) -> int:
             f"({params:,} parameters); env only: the same "
             "pools stepped with random actions, no network; one at a time: one env and one "
             "network, individual after individual. Inference share: the population run's time "
-            "in the networks (including parameter copies into slots). Pools in flight: sent and "
+            "in the networks (including parameter copies into slots); turn share: waiting for "
+            "the turn to step (Atari pools stepped in turn, `--pool-turns`). Pools in flight: "
+            "sent and "
             "not yet received (stepping; with native pools, which one thread drives, also done "
             "and waiting for that thread). Native rollout (where the "
             "network fits: a native env and a linear or one-tanh-layer mlp): the evaluator's "
@@ -362,7 +377,7 @@ def run(config: EvolveBenchConfig) -> int:
             f"1-minute load average when the run began: {load:.1f} (the machine is shared).",
             "",
             common.markdown_table(
-                header, rows, [False, True, True, True, True, True, True, True, False]
+                header, rows, [False, True, True, True, True, True, True, True, True, False]
             ),
             "",
             f"Command: `{command}`",

@@ -309,8 +309,8 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
             ("APPO, throughput", "appo", None, "float32", shape, False, {}),
             ("APPO, throughput, 2 env splits", "appo", None, "float32", shape, False,
              {"env_splits": 2}),
-            ("APPO, throughput, no batching wait (--timeout-ms 0)", "appo", None, "float32",
-             shape, False, {"timeout_ms": 0.0}),
+            ("APPO, throughput, 1 ms batching wait (--timeout-ms 1)", "appo", None, "float32",
+             shape, False, {"timeout_ms": 1.0}),
             ("APPO, throughput, process actors", "appo", None, "float32", shape, False,
              {"process_actors": True})]  # fmt: skip
     rows, skipped, failures = [], [], []
@@ -413,40 +413,45 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         calls.append([dtype, *(f"{v:.2f} ms" if v is not None else "failed" for v in ms.values()),
                       auto])  # fmt: skip
     rows, skipped, params = [], [], 0
-    # Groups of `group` slots each, two to four of them: more pools in flight, batches as large.
+    # Groups of `group` slots each, two to four of them, their pools stepped in turn or at once.
     # The rows most wanted first: a row takes about 70 s, and those past the deadline are left.
-    for dtype, seeds, groups in (("float32", "env", 2), ("float32", "env", 4),
-                                 ("float32", "env", 3), ("float32", "pair", 2),
-                                 ("bfloat16", "env", 2)):  # fmt: skip
+    for dtype, seeds, groups, turns in (("float32", "env", 2, True), ("float32", "env", 3, True),
+                                        ("float32", "env", 2, False), ("float32", "env", 4, True),
+                                        ("float32", "pair", 2, True),
+                                        ("bfloat16", "env", 2, True)):  # fmt: skip
+        label = f"{dtype}, {seeds} seeds, {groups} groups, {'in turn' if turns else 'at once'}"
         if (rows or failures) and _out_of_time(config, 80):
-            skipped.append(f"{dtype}, {seeds} seeds, {groups} groups")
+            skipped.append(label)
             continue
         slots = group * groups
         bench = evolve.resolve(evolve.EvolveBenchConfig(
             env=ENV, population=size["population"], num_slots=(slots,),
             max_episode_steps=size["episode_cap"], slot_groups=groups, num_threads=threads,
-            device=str(device), dtype=dtype, seconds=size["seconds"], episode_seeds=seeds,
+            pool_turns=turns, device=str(device), dtype=dtype, seconds=size["seconds"],
+            episode_seeds=seeds,
         ))  # fmt: skip
-        r = _attempt(f"{dtype}, {seeds} seeds, {groups} groups", failures,
-                     evolve.population_rate, bench, slots)  # fmt: skip
+        r = _attempt(label, failures, evolve.population_rate, bench, slots)
         if r is None:
             continue
         params, share = r.params, r.frames / r.env_only
-        rows.append([dtype, seeds, f"{groups} of {group}", common.format_rate(r.frames),
-                     common.format_rate(r.env_only),
+        rows.append([dtype, seeds, f"{groups} of {group}", "in turn" if turns else "at once",
+                     common.format_rate(r.frames), common.format_rate(r.env_only),
                      f"{100 * share:.0f}%", f"{100 * r.split.get('inference', 0.0):.0f}%",
                      f"{100 * r.split.get('params', 0.0):.0f}%",
-                     f"{100 * r.split.get('other', 0.0):.0f}%", r.in_flight_text(),
+                     f"{100 * r.split.get('other', 0.0):.0f}%",
+                     f"{100 * r.split.get('turn', 0.0):.0f}%", r.in_flight_text(),
                      "met" if share >= 0.9 else "missed"])  # fmt: skip
-    header = ["precision", "episode seeds", "slot groups", "population frames/s",
+    header = ["precision", "episode seeds", "slot groups", "pools step", "population frames/s",
               "env-only frames/s", "share", "inference share", "params share", "other share",
-              "time with 0, 1, ... pools in flight", "goal >= 90%"]  # fmt: skip
+              "turn share", "time with 0, 1, ... pools in flight", "goal >= 90%"]  # fmt: skip
     return "\n".join([
         f"## Evolution: {size['population']:,} Nature CNNs on {ENV}", "",
         f"`onebox bench evolve`: slot groups of {group} slots (two, three or four: "
         "`--slot-groups`, more pools in flight with network batches as large), each with its own "
-        f"engine pool of {threads} threads; each env step its own individual's network ({params:,} "
-        f"parameters) on {device}; episodes capped at {size['episode_cap']} steps; env only: "
+        f"engine pool of {threads} threads, the pools stepped in turn (one at a time, with "
+        "every core, while the other groups run their networks: `--pool-turns`, the default "
+        "on a GPU) or at once, sharing the cores; each env step its own individual's network "
+        f"({params:,} parameters) on {device}; episodes capped at {size['episode_cap']} steps; env only: "
         "the same pools with random actions. Episode seeds `pair`: every episode starts with "
         "its own seeded reset, for which ALE reloads the ROM (fitnesses independent of K); "
         "`env`: one seeded reset per env per evaluation, the later episodes unseeded "
@@ -454,9 +459,10 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         "networks' forward, loading parameters into slots), params (waiting for the individuals' "
         "parameters, made ahead on a helper thread: here each a fresh random network, a slice of "
         "the shared noise table), other (the rest of the group's loop: bookkeeping, copies, "
-        "waiting for the GIL); the env share is what is left. Pools in flight: the shares of "
+        "waiting for the GIL), turn (waiting for the turn to step); the env share is what is "
+        "left. Pools in flight: the shares of "
         "the population run's time with 0, 1, 2, ... of the groups' pools stepping (sent, not "
-        "yet received).", "",
+        "yet received) or resetting.", "",
         _table(header, rows), *_skipped(skipped), *failures, "",
         f"The population forward alone (`bench.evolve.forward_ms`): {group} networks (one slot "
         "group) each on its own observation already on the device, actions fetched to the host; "

@@ -97,7 +97,7 @@ class PopulationEvaluator:
             run, the other groups' envs step (default 2). More groups keep more pools in flight
             at once, with smaller network batches.
         num_threads: engine worker threads (or processes) per group pool (default: physical
-            cores / G).
+            cores / G; all of them for Atari pools stepped in turn, `pool_turns`).
         max_episode_steps: episode cap in env steps (default: the env's own limit).
         max_envs: most envs held in total by the rounds of native and process pools (one per
             queued episode; more episodes play in rounds). Atari pools hold one env per slot.
@@ -113,6 +113,12 @@ class PopulationEvaluator:
             for such a reset (about 0.1 s of CPU an episode). "env" (Atari only): each env is
             reset with a seed once per `evaluate` and its later episodes start unseeded, with no
             reload; fitnesses then depend on K (`onebox.evo.slots` says how).
+        pool_turns: Atari (each group in a thread of its own): the groups' pools step one at a
+            time, each with every engine core, while the other groups run their networks
+            (`onebox.evo.slots` says why); False lets them step at once, sharing the cores.
+            Default: in turn where the networks run on a GPU, at once on the CPU, where the
+            networks need the cores too (there the two measured the same, docs/benchmarks.md).
+            Fitnesses do not depend on it.
     """
 
     def __init__(
@@ -133,6 +139,7 @@ class PopulationEvaluator:
         env_kwargs: dict[str, Any] | None = None,
         native_rollout: bool = True,
         episode_seeds: EpisodeSeeds = "pair",
+        pool_turns: bool | None = None,
     ) -> None:
         if isinstance(slot_groups, bool) or not isinstance(slot_groups, int) or slot_groups < 1:
             raise ValueError(f"slot_groups must be an integer >= 1, got {slot_groups!r}")
@@ -182,8 +189,13 @@ class PopulationEvaluator:
             )
         self.episode_seeds = episode_seeds
         self.max_envs = max_envs
+        if pool_turns is None:
+            pool_turns = device.type == "cuda"
+        self.pool_turns = bool(pool_turns and self._resets)
+        """Whether the slot groups' pools step in turn (Atari pools only)."""
         if num_threads is None:
-            num_threads = max(1, onebox.envs.physical_cores() // slot_groups)
+            cores = onebox.envs.physical_cores()
+            num_threads = cores if self.pool_turns else max(1, cores // slot_groups)
         self.num_threads = num_threads
         self.max_episode_steps = max_episode_steps
         self.env_kwargs = dict(env_kwargs or {})
@@ -254,8 +266,9 @@ class PopulationEvaluator:
         self.frames = 0
         """Frames used by every `evaluate` call so far (the budget's counter)."""
         self.timing = TimeSplit()
-        """Seconds in the env engine ("env"), the networks ("inference"), waiting for parameters
-        ("params") and the rest of the slot groups' loops ("other"), summed over the slot groups
+        """Seconds in the env engine ("env"), waiting for a turn to step ("turn", `pool_turns`),
+        the networks ("inference"), waiting for parameters ("params") and the rest of the slot
+        groups' loops ("other"), summed over the slot groups
         (with Atari each group runs in a thread of its own); the native rollouts count as "env"."""
         self.in_flight = InFlight()
         """How long 0, 1, 2, ... of the slot groups' pools were in flight at once (sent, not
@@ -392,7 +405,7 @@ class PopulationEvaluator:
             pair_seeds = self.episode_seeds == "pair"
             player = SlotPlayer(self.net, self._resets, self._seed, pair_seeds, source, owner,
                                 self._returns, self._lengths, self._sums,
-                                self.in_flight)  # fmt: skip
+                                self.in_flight, self.pool_turns)  # fmt: skip
             try:
                 player.play(self._groups)
             except BaseException:

@@ -67,7 +67,12 @@ class EvolveConfig(RunConfig):
     """Pipelined groups of slots, each with its own env pool: while one group's networks run, the
     others' envs step. More keep more pools in flight, with smaller network batches."""
     num_threads: int | None = None
-    """Engine worker threads per slot group (default: physical cores / `--slot-groups`)."""
+    """Engine worker threads per slot group (default: physical cores / `--slot-groups`; all the
+    physical cores for Atari pools stepped in turn, `--pool-turns`)."""
+    pool_turns: bool | None = None
+    """Atari: the slot groups' pools step one at a time, each with every engine core, while the
+    other groups run their networks; False: they step at once, sharing the cores. Default: in
+    turn with the networks on a GPU, at once on the CPU. Fitnesses do not depend on it."""
     torch_threads: int = 1
     """torch intra-op threads for the networks on the CPU."""
     max_episode_steps: int | None = None
@@ -172,6 +177,7 @@ def make_evaluator(config: AnyConfig) -> PopulationEvaluator:
         dtype=config.dtype,
         native_rollout=config.native_rollout,
         episode_seeds=config.episode_seeds,
+        pool_turns=config.pool_turns,
     )
 
 

@@ -191,7 +191,7 @@ class InferenceServer:
         obs_space: spaces.Space,
         act_space: spaces.Space,
         max_batch: int = 1024,
-        timeout_ms: float = 1.0,
+        timeout_ms: float = 0.0,
         device: torch.device | str = "cpu",
         lstm: int | None = None,
         max_restarts: int = 3,
