@@ -18,7 +18,7 @@ from onebox.algos.impala import bootstrap_truncated, stack
 from onebox.nn.networks import ActorCritic
 from onebox.sampling import Rollout
 from onebox.sampling.actor_client import InferResult
-from onebox.sampling.actors import ActorSpec, UnrollRing, collect
+from onebox.sampling.actors import ACTOR_SECTIONS, ActorSpec, SharedTiming, UnrollRing, collect
 from onebox.sampling.policies import ACTOR_CRITIC_OUTPUTS, LocalPolicy, SharedWeights, Weights
 
 GAMMA = 0.9
@@ -228,3 +228,23 @@ def test_shared_weights_are_read_whole_and_copied_only_when_newer() -> None:
     finally:
         actor_side.close()
         learner_side.close(unlink=True)
+
+
+def test_a_process_actors_time_is_shared_as_it_is_spent() -> None:
+    # The learner reads a process actor's seconds per section from shared memory while the
+    # actor runs (not only when an unroll is published), a section still open included: an
+    # actor waiting for the learner through a whole log interval waited in that interval.
+    shared = np.zeros(SharedTiming.SIZE)
+    timing = SharedTiming(shared)
+    with timing("env"):
+        time.sleep(0.01)
+    assert SharedTiming.read(shared) == {"env": timing.totals()["env"], "inference": 0.0,
+                                         "blocked": 0.0}  # fmt: skip
+    with timing("blocked"):
+        time.sleep(0.02)
+        waited = SharedTiming.read(shared)["blocked"]
+        assert 0.02 <= waited <= timing.totals_so_far()["blocked"]
+    assert SharedTiming.read(shared)["blocked"] == timing.totals()["blocked"] >= waited
+    with timing("elsewhere"):  # not an actor section: kept to the actor
+        assert SharedTiming.read(shared) == {k: timing.totals().get(k, 0.0)
+                                             for k in ACTOR_SECTIONS}  # fmt: skip

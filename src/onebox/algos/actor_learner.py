@@ -336,7 +336,7 @@ def _train(
                 threads.append(ThreadActor(a, spec, infer, channel, seeds[a]))
 
         server_stats = ServerStats(server)
-        actor_stats = ActorStats(lambda: [actor.timing.totals() for actor in threads]
+        actor_stats = ActorStats(lambda: [actor.timing.totals_so_far() for actor in threads]
                                  + (procs.timing() if procs is not None else []))  # fmt: skip
 
         def check() -> bool:  # while waiting for the channel: raise a failed actor's error

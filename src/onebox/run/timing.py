@@ -41,6 +41,14 @@ class TimeSplit:
         """Seconds per section since the last `reset`."""
         return dict(self._totals)
 
+    def totals_so_far(self) -> dict[str, float]:
+        """`totals()` with the time so far of the sections still open: what another thread
+        reads of a loop that may be inside a long section (waiting) as it reads."""
+        now, out = perf_counter(), dict(self._totals)
+        for name, start in list(self._stack):
+            out[name] = out.get(name, 0.0) + now - start
+        return out
+
     def fractions(self) -> dict[str, float]:
         """Each section's share of the summed time (all 0 when nothing was timed)."""
         total = sum(self._totals.values())

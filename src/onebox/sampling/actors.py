@@ -38,6 +38,7 @@ import os
 import threading
 from collections.abc import Callable
 from multiprocessing import resource_tracker
+from time import perf_counter
 from typing import Any
 
 import cloudpickle
@@ -301,7 +302,7 @@ class UnrollRing:
             ("order", (slots,), np.int64),
             ("lives", (1,), np.int64),
             ("stop", (1,), np.int64),
-            ("timing", (len(ACTOR_SECTIONS),), np.float64),
+            ("timing", (SharedTiming.SIZE,), np.float64),
         ]
         return Layout.plan(arrays)
 
@@ -381,15 +382,12 @@ def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: 
             torch.set_num_threads(1)  # the cores are the pools' and the learner's
             infer = cloudpickle.loads(local)(actor, shared)
         pools = spec.make_pools(seed)
-        timing = TimeSplit()
 
         def publish(returns: list[float], lengths: list[int]) -> None:
-            totals = timing.totals()
-            ring.a["timing"][:] = [totals.get(k, 0.0) for k in ACTOR_SECTIONS]
             ring.publish(slot[0], returns, lengths)
 
         try:
-            collect(spec, infer, pools, seed, buffers, publish, timing)
+            collect(spec, infer, pools, seed, buffers, publish, SharedTiming(ring.a["timing"]))
         finally:
             for pool in pools:
                 pool.close()
@@ -397,6 +395,48 @@ def process_actor(client: ActorClient, spec: ActorSpec, ring_name: str, layout: 
         ring.block.close()
         if shared is not None:
             shared.close()
+
+
+class SharedTiming(TimeSplit):
+    """A process actor's `TimeSplit`, kept in `array` (its ring's shared `timing`) as it goes so
+    that the learner reads the actor's time as it is spent (`read`): the total of each of
+    `ACTOR_SECTIONS` as it ends, then the open one's index (-1: none) and start
+    (`perf_counter`, one clock for every process of the machine)."""
+
+    __slots__ = ("_array",)
+
+    SIZE = len(ACTOR_SECTIONS) + 2
+    """Floats in `array`."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        super().__init__()
+        self._array = array
+        array[:] = 0.0
+        array[-2] = -1
+
+    def __enter__(self) -> None:
+        super().__enter__()
+        name, start = self._stack[-1]
+        if name in ACTOR_SECTIONS:
+            self._array[-1] = start
+            self._array[-2] = ACTOR_SECTIONS.index(name)
+
+    def __exit__(self, *exc: object) -> None:
+        name = self._stack[-1][0]
+        super().__exit__(*exc)
+        if name in ACTOR_SECTIONS:
+            self._array[-2] = -1  # first: a read in between misses the section, never doubles it
+            self._array[ACTOR_SECTIONS.index(name)] = self._totals[name]
+
+    @staticmethod
+    def read(array: np.ndarray) -> dict[str, float]:
+        """The seconds so far per section of the actor writing `array` (see `totals_so_far`)."""
+        values = array.tolist()
+        out = dict(zip(ACTOR_SECTIONS, values, strict=False))
+        if values[-2] >= 0:
+            name = ACTOR_SECTIONS[int(values[-2])]
+            out[name] += max(0.0, perf_counter() - values[-1])
+        return out
 
 
 class ProcessActors:
@@ -449,10 +489,8 @@ class ProcessActors:
         return sum(self.server.restarts(a) for a in range(self.count))
 
     def timing(self) -> list[dict[str, float]]:
-        """Each actor's seconds in each of `ACTOR_SECTIONS` in its current life, as of its last
-        unroll."""
-        return [dict(zip(ACTOR_SECTIONS, ring.a["timing"].tolist(), strict=True))
-                for ring in self.rings]  # fmt: skip
+        """Each actor's seconds in each of `ACTOR_SECTIONS` in its current life so far."""
+        return [SharedTiming.read(ring.a["timing"]) for ring in self.rings]
 
     def _collect(self) -> None:
         try:
