@@ -300,6 +300,7 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
     n = size["throughput_envs"]
     actors = size["appo_actors"]  # the throughput APPO: its actors hold n envs in all
     shape = (actors, n // actors)
+    half = (actors // 2, 2 * n // actors)  # half as many actors, twice the envs a request
     # (label, mode, envs, precision, APPO's actors x envs, compiled, APPO's options)
     runs = [("PPO, Atari preset", "sync", None, "float32", None, False, {}),
             ("PPO, Atari preset, compiled", "sync", None, "float32", None, True, {}),
@@ -307,8 +308,8 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
             ("PPO, throughput", "double", n, "bf16", None, False, {}),
             ("APPO, Atari preset", "appo", None, "float32", None, False, {}),
             ("APPO, throughput", "appo", None, "float32", shape, False, {}),
-            ("APPO, throughput, 2 env splits", "appo", None, "float32", shape, False,
-             {"env_splits": 2}),
+            ("APPO, throughput, half the actors with twice the envs", "appo", None, "float32",
+             half, False, {}),
             ("APPO, throughput, 1 ms batching wait (--timeout-ms 1)", "appo", None, "float32",
              shape, False, {"timeout_ms": 1.0}),
             ("APPO, throughput, process actors", "appo", None, "float32", shape, False,
