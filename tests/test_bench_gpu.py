@@ -64,10 +64,10 @@ def test_a_row_that_raises_costs_only_that_row(tmp_path: Path, monkeypatch) -> N
 
     real = evolve.population_rate
 
-    def flaky(bench, slots):
+    def flaky(bench, slots, one_pool):
         if bench.slot_groups == 3:
             raise RuntimeError("a row that breaks")
-        return real(bench, slots)
+        return real(bench, slots, one_pool)
 
     monkeypatch.setattr(evolve, "population_rate", flaky)
     out = tmp_path / "report"
@@ -80,3 +80,4 @@ def test_a_row_that_raises_costs_only_that_row(tmp_path: Path, monkeypatch) -> N
     rows = [line for line in section.splitlines() if line.startswith("| float32 | env |")]
     assert [row.split(" | ")[2:4] for row in rows][:2] == [["2 of 2", "in turn"],
                                                            ["2 of 2", "at once"]]  # fmt: skip
+    assert all(row.split(" | ")[6] != "-" for row in rows)  # one pool alone, measured too

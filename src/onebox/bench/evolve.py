@@ -162,6 +162,9 @@ class PopulationRate:
     in_flight: list[float]
     """Shares of the population run's time with 0, 1, ... of the groups' pools in flight (see
     `PopulationEvaluator.in_flight`)."""
+    one_pool: float | None
+    """Frames/s of one group's pool stepped alone with random actions (asked for: the most
+    pools stepped in turn can make), or None."""
     params: int
     """Parameters per network."""
 
@@ -170,19 +173,23 @@ class PopulationRate:
         return ", ".join(f"{k}: {100 * f:.0f}%" for k, f in enumerate(self.in_flight))
 
 
-def population_rate(config: EvolveBenchConfig, num_slots: int) -> PopulationRate:
-    """Population frames/s with `num_slots` slots, next to env-only frames/s of the same pools."""
+def population_rate(
+    config: EvolveBenchConfig, num_slots: int, one_pool: bool = False
+) -> PopulationRate:
+    """Population frames/s with `num_slots` slots, next to env-only frames/s of the same pools
+    (and, with `one_pool`, of one of them alone)."""
     with _evaluator(config, num_slots, config.num_threads) as ev:
         pop = _population_frames(ev, config, warmup=num_slots)
         split, in_flight = ev.timing.fractions(), ev.in_flight.fractions()
         env_only = _env_only(ev, config.seconds) * ev.frames_per_step
-    return PopulationRate(pop, env_only, split, in_flight, ev.num_params)
+        alone = _env_only(ev, config.seconds, 1) * ev.frames_per_step if one_pool else None
+    return PopulationRate(pop, env_only, split, in_flight, alone, ev.num_params)
 
 
-def _env_only(ev: PopulationEvaluator, seconds: float) -> float:
-    """Env steps/s of the evaluator's own pools (one per slot group) in its send/recv loop,
-    random actions."""
-    pools = ev.pools
+def _env_only(ev: PopulationEvaluator, seconds: float, pools: int | None = None) -> float:
+    """Env steps/s of the evaluator's own pools (one per slot group; the first `pools` of them)
+    in its send/recv loop, random actions."""
+    pools = ev.pools[:pools]
     for pool in pools:
         pool.async_reset()
     space = pools[0].single_action_space

@@ -431,19 +431,20 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
             pool_turns=turns, device=str(device), dtype=dtype, seconds=size["seconds"],
             episode_seeds=seeds,
         ))  # fmt: skip
-        r = _attempt(label, failures, evolve.population_rate, bench, slots)
+        r = _attempt(label, failures, evolve.population_rate, bench, slots, True)
         if r is None:
             continue
         params, share = r.params, r.frames / r.env_only
         rows.append([dtype, seeds, f"{groups} of {group}", "in turn" if turns else "at once",
                      common.format_rate(r.frames), common.format_rate(r.env_only),
+                     common.format_rate(r.one_pool),
                      f"{100 * share:.0f}%", f"{100 * r.split.get('inference', 0.0):.0f}%",
                      f"{100 * r.split.get('params', 0.0):.0f}%",
                      f"{100 * r.split.get('other', 0.0):.0f}%",
                      f"{100 * r.split.get('turn', 0.0):.0f}%", r.in_flight_text(),
                      "met" if share >= 0.9 else "missed"])  # fmt: skip
     header = ["precision", "episode seeds", "slot groups", "pools step", "population frames/s",
-              "env-only frames/s", "share", "inference share", "params share", "other share",
+              "env-only frames/s", "one pool alone", "share", "inference share", "params share", "other share",
               "turn share", "time with 0, 1, ... pools in flight", "goal >= 90%"]  # fmt: skip
     return "\n".join([
         f"## Evolution: {size['population']:,} Nature CNNs on {ENV}", "",
@@ -456,7 +457,9 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         "the same pools with random actions. Episode seeds `pair`: every episode starts with "
         "its own seeded reset, for which ALE reloads the ROM (fitnesses independent of K); "
         "`env`: one seeded reset per env per evaluation, the later episodes unseeded "
-        "(`onebox evolve --episode-seeds env`). Shares of the evaluator's time: inference (the "
+        "(`onebox evolve --episode-seeds env`). One pool alone: one group's pool stepped "
+        "by itself with random actions, what pools stepped in turn can make at most. Shares of "
+        "the evaluator's time: inference (the "
         "networks' forward, loading parameters into slots), params (waiting for the individuals' "
         "parameters, made ahead on a helper thread: here each a fresh random network, a slice of "
         "the shared noise table), other (the rest of the group's loop: bookkeeping, copies, "
