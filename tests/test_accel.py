@@ -63,6 +63,12 @@ def test_cpu_staging_never_pins_and_keeps_dtype() -> None:
     host = staging.host_array((3, 4), np.uint8)
     assert host.shape == (3, 4) and host.dtype == np.uint8 and not host.any()
     assert np.shares_memory(staging(host[:2]).numpy(), host)
+    # Requests joined: one request is its own memory, several one array, in the dtype asked.
+    assert np.shares_memory(staging.concat([obs]).numpy(), obs)
+    joined = staging.concat([obs, images(3, seed=1)])
+    np.testing.assert_array_equal(joined.numpy(), np.concatenate([obs, images(3, seed=1)]))
+    ids = staging.concat([np.arange(2, dtype=np.int32), np.arange(3, dtype=np.int32)], np.int64)
+    assert ids.dtype == torch.int64 and ids.tolist() == [0, 1, 0, 1, 2]
 
 
 def test_to_host_on_the_cpu_shares_memory_and_keeps_dtypes() -> None:
@@ -166,6 +172,13 @@ def test_cuda_staging_pins_and_equals_the_host() -> None:
     out = staging(pinned[:5])
     np.testing.assert_array_equal(out.cpu().numpy(), pinned[:5])
     assert staging._turn == turn  # no ring buffer taken
+    # Requests joined straight into the ring's pinned buffers, each batch as it was given.
+    for k in range(2 * Staging.RING):
+        parts = [images(n, seed=10 * k + n) for n in (1 + k % 3, 5, 2)]
+        out = staging.concat(parts)
+        np.testing.assert_array_equal(out.cpu().numpy(), np.concatenate(parts))
+    ids = staging.concat([np.full(3, 7), np.arange(4, dtype=np.int32)], np.int64)
+    assert ids.dtype == torch.int64 and ids.cpu().tolist() == [7, 7, 7, 0, 1, 2, 3]
 
 
 @cuda

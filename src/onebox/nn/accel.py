@@ -96,7 +96,8 @@ class Staging:
     Arrays are batches (a leading axis); those of one row shape and dtype share a ring of `RING`
     pinned buffers, each as long as the longest batch it has held, so batches of any length
     (a double-buffered sampler's) cost no new pinned memory. An array of `host_array` (a slot
-    group's observations) is pinned already and copied from where it is."""
+    group's observations) is pinned already and copied from where it is; `concat` joins batches
+    straight into a pinned buffer (the inference server's requests: one host copy, not two)."""
 
     RING = 3
     """Pinned buffers per row shape and dtype: a buffer is reused 3 transfers later."""
@@ -118,7 +119,27 @@ class Staging:
             raise ValueError("Staging takes batches (arrays with a leading axis)")
         if host.is_pinned():  # a `host_array`: copied from where it is
             return host.to(self.device, non_blocking=True)
-        key = (tuple(host.shape[1:]), host.dtype)
+        buffer, done = self._buffer(host.shape, host.dtype)
+        buffer.copy_(host)
+        return self._send(buffer, done)
+
+    def concat(self, parts: list[np.ndarray], dtype: Any = None) -> torch.Tensor:
+        """`np.concatenate(parts, dtype=dtype)` (batches of one row shape; `dtype` default: the
+        first's) as a tensor on the device, as `__call__` gives it; on CUDA the batches are
+        joined straight into a pinned buffer, with no host array of the whole in between."""
+        dtype = np.dtype(dtype if dtype is not None else parts[0].dtype)
+        if not self.pinned:
+            joined = np.concatenate(parts, dtype=dtype) if len(parts) > 1 else parts[0]
+            return torch.as_tensor(np.asarray(joined, dtype), device=self.device)
+        shape = (sum(len(p) for p in parts), *parts[0].shape[1:])
+        buffer, done = self._buffer(shape, torch.from_numpy(np.empty(0, dtype)).dtype)
+        np.concatenate(parts, out=buffer.numpy(), casting="same_kind")
+        return self._send(buffer, done)
+
+    def _buffer(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
+        """The next pinned buffer of the ring of `shape`'s rows and `dtype`, cut to `shape`
+        (free: its copy of `RING` transfers ago is done), and the event that marks its use."""
+        key = (tuple(shape[1:]), dtype)
         ring = self._rings.get(key)
         if ring is None:
             ring = self._rings[key] = [[None, torch.cuda.Event()] for _ in range(self.RING)]
@@ -126,13 +147,14 @@ class Staging:
         self._turn[key] = (k + 1) % self.RING
         slot = ring[k]
         slot[1].synchronize()  # its previous copy (RING transfers ago) is done
-        n = host.shape[0]
-        if slot[0] is None or slot[0].shape[0] < n:
-            slot[0] = torch.empty(host.shape, dtype=host.dtype).pin_memory()
-        buffer = slot[0][:n]
-        buffer.copy_(host)
+        if slot[0] is None or slot[0].shape[0] < shape[0]:
+            slot[0] = torch.empty(shape, dtype=dtype).pin_memory()
+        return slot[0][: shape[0]], slot[1]
+
+    def _send(self, buffer: torch.Tensor, done: Any) -> torch.Tensor:
+        """`buffer` copied to the device without waiting; `done` marks when the copy is."""
         out = buffer.to(self.device, non_blocking=True)
-        slot[1].record()
+        done.record()
         return out
 
     def host_array(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
