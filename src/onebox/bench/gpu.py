@@ -313,7 +313,8 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
             ("APPO, throughput, 1 ms batching wait (--timeout-ms 1)", "appo", None, "float32",
              shape, False, {"timeout_ms": 1.0}),
             ("APPO, throughput, process actors", "appo", None, "float32", shape, False,
-             {"process_actors": True})]  # fmt: skip
+             {"process_actors": True}),
+            ("APPO, throughput, compiled", "appo", None, "float32", shape, True, {})]  # fmt: skip
     rows, skipped, failures = [], [], []
     with tempfile.TemporaryDirectory() as root:
         for k, (label, mode, num_envs, precision, shape, compiled, appo_options) in enumerate(runs):
