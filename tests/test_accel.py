@@ -310,6 +310,17 @@ def test_cuda_run_completes_and_resumes_on_the_cpu(tmp_path: Path, algo: str) ->
     assert cli.main(["eval", str(run_dir), "--episodes", "1"]) == 0
 
 
+@cuda
+@needs_cuda
+def test_cuda_appo_with_a_compiled_server_completes(tmp_path: Path) -> None:
+    # Its server pads each call to a power of two, so the compiled policy replays a few CUDA
+    # graphs, whatever the sizes of the requests that wait.
+    args = ["train", "appo", *LEARNERS["appo"], "--device", "cuda", "--compile",
+            "--runs-dir", str(tmp_path), "--name", "c"]  # fmt: skip
+    assert cli.main(args) == 0
+    assert run.load_checkpoint(tmp_path / "c")["global_step"] > 0
+
+
 @pytest.mark.skipif(
     (os.cpu_count() or 1) < 2 or not Path("/proc/self/task").is_dir(),
     reason="needs 2 cores (MKL's default team) and Linux's /proc",

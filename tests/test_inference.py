@@ -229,3 +229,26 @@ def test_bench_inference_writes_its_section(tmp_path: Path) -> None:
     rows = [line for line in text.splitlines() if line.startswith(("| thread", "| process"))]
     assert len(rows) == 4 and all("k" in row.split("|")[5] for row in rows)  # env steps/s >= 1k
     assert cli.main([*args[:-2], "--envs-per-actor", "128"]) == 2  # does not fit a batch of 64
+
+
+def test_padded_batches_are_powers_of_two_and_answer_only_the_requests() -> None:
+    # A compiled policy should see few batch sizes: with pad_batches each call's batch is
+    # padded with zero rows to the next power of two (at most max_batch), and the padding's
+    # outputs are dropped.
+    sizes: list[int] = []
+
+    def policy(obs: torch.Tensor, actor_ids, env_ids) -> dict[str, torch.Tensor]:
+        sizes.append(len(obs))
+        assert len(actor_ids) == len(env_ids) == len(obs)
+        return code_policy(obs, actor_ids, env_ids)
+
+    with InferenceServer(policy, OBS, ACT, max_batch=12, timeout_ms=0, outputs=OUTPUTS,
+                         pad_batches=True) as server:  # fmt: skip
+        for step, n in enumerate((1, 3, 5, 8, 9, 12)):
+            ids = np.arange(n)
+            result = server.infer(2, ids, observations(2, ids, step))
+            assert np.array_equal(result.actions, expected(2, ids, step))
+            assert result.values.shape == (n,)
+    assert sizes == [1, 4, 8, 8, 12, 12]
+    with pytest.raises(ValueError, match="feed-forward"):
+        InferenceServer(policy, OBS, ACT, lstm=4, pad_batches=True)

@@ -317,7 +317,8 @@ def _train(
         server = InferenceServer(learner.policy, obs_space, act_space, server_batch(config),
                                  config.timeout_ms, device, lstm=spec.lstm,
                                  max_restarts=config.actor_restarts,
-                                 outputs=learner.outputs)  # fmt: skip
+                                 outputs=learner.outputs,
+                                 pad_batches=getattr(config, "compile", False))  # fmt: skip
         server.version = updates
         local = parts.local if config.inference == "local" else None
         weights: Weights | SharedWeights | None = None

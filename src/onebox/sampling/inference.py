@@ -181,6 +181,10 @@ class InferenceServer:
         timeout_ms: how long the oldest waiting request may wait for others to join its batch.
         device: where observations go and the policy runs.
         lstm: the LSTM's hidden size if the policy is recurrent (state kept per actor and env).
+        pad_batches: pad each call's batch with rows of zeros (actor and env ids 0) to the next
+            power of two, at most `max_batch`, and drop their outputs: a compiled policy
+            (`--compile`) then sees a few batch sizes, each one CUDA graph, not every size from
+            1 to `max_batch`. Feed-forward policies only.
         max_restarts: how often one process actor may be restarted after dying.
         context: multiprocessing start method for process actors (see `onebox.supervisor`).
     """
@@ -198,6 +202,7 @@ class InferenceServer:
         context: str = "forkserver",
         *,
         outputs: OutputSpec | None = None,
+        pad_batches: bool = False,
     ) -> None:
         if not isinstance(obs_space, spaces.Box):
             raise TypeError(f"the inference server takes Box observations, got {obs_space}")
@@ -213,6 +218,12 @@ class InferenceServer:
             raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
         if lstm is not None and lstm < 1:
             raise ValueError(f"lstm is the LSTM hidden size (>= 1) or None, got {lstm}")
+        if pad_batches and lstm is not None:
+            raise ValueError("pad_batches is for feed-forward policies: padded rows have no state")
+        self._pad = (
+            np.zeros((max_batch, *obs_space.shape), obs_space.dtype) if pad_batches else None
+        )
+        """`pad_batches`' rows of zeros, or None."""
         self.policy_fn = policy_fn
         self.outputs: OutputSpec = {
             k: (tuple(shape), np.dtype(dtype)) for k, (shape, dtype) in (outputs or {}).items()
@@ -509,10 +520,17 @@ class InferenceServer:
     def _call(self, batch: list[_Request], n: int) -> None:
         # On CUDA the requests are joined straight into pinned buffers and these three copies
         # queued: the host waits once, for the outputs (`to_host`).
-        x = self._staging.concat([r.obs for r in batch])
-        actor_ids = self._staging.concat([np.full(len(r.env_ids), r.actor) for r in batch],
-                                         np.int64)  # fmt: skip
-        env_ids = self._staging.concat([r.env_ids for r in batch], np.int64)
+        obs = [r.obs for r in batch]
+        actors = [np.full(len(r.env_ids), r.actor) for r in batch]
+        envs = [r.env_ids for r in batch]
+        extra = min(self.max_batch, 1 << (n - 1).bit_length()) - n if self._pad is not None else 0
+        if extra:  # rows of zeros up to the next power of two
+            obs.append(self._pad[:extra])
+            actors.append(np.zeros(extra, np.int64))
+            envs.append(np.zeros(extra, np.int64))
+        x = self._staging.concat(obs)
+        actor_ids = self._staging.concat(actors, np.int64)
+        env_ids = self._staging.concat(envs, np.int64)
         if self.lstm is not None:
             rows = []
             for r in batch:
@@ -580,7 +598,7 @@ class InferenceServer:
         if not isinstance(out, dict) or set(out) != set(want):
             got = sorted(out) if isinstance(out, dict) else type(out).__name__
             raise ValueError(f"policy_fn must return a dict with keys {sorted(want)}, got {got}")
-        arrays = to_host({**out, **extra})
+        arrays = to_host({**{k: v[:n] for k, v in out.items()}, **extra})  # not padded rows
         for k, (shape, dtype) in want.items():
             arrays[k] = np.asarray(arrays[k], dtype)
             if arrays[k].shape != (n, *shape):
