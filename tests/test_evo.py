@@ -303,6 +303,8 @@ def test_evaluator_rejects_bad_input() -> None:
         PopulationEvaluator("CartPole-v1", device="bogus")
     with pytest.raises(ValueError, match="onebox envs"):
         PopulationEvaluator("NoSuchEnv-v0")
+    with pytest.raises(ValueError, match=r"pool_turns .* is for Atari pools"):
+        PopulationEvaluator("CartPole-v1", pool_turns=True)
     with PopulationEvaluator("CartPole-v1", num_slots=2, num_threads=1) as ev:
         with pytest.raises(ValueError, match="params"):
             ev.evaluate(torch.zeros(3, 5), 1, seed=0)

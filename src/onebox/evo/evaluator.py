@@ -189,6 +189,12 @@ class PopulationEvaluator:
             )
         self.episode_seeds = episode_seeds
         self.max_envs = max_envs
+        if pool_turns and not self._resets:
+            raise ValueError(
+                f"pool_turns (--pool-turns) is for Atari pools, each slot group in a thread of "
+                f"its own; the {chosen} backend of {env_id!r} plays its groups in one thread, "
+                "their pools in flight together: leave it unset"
+            )
         if pool_turns is None:
             pool_turns = device.type == "cuda"
         self.pool_turns = bool(pool_turns and self._resets)
