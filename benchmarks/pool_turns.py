@@ -42,9 +42,11 @@ def measure(groups: int, envs: int, threads: int, inference_ms: float, turns: bo
     turn = threading.Lock() if turns else contextlib.nullcontext()
     flight, stop, steps = InFlight(), threading.Event(), [0] * groups
 
+    for k, pool in enumerate(pools):  # before the clock: a seeded reset reloads the ROM
+        pool.reset(seed=1000 * k)
+
     def play(k: int) -> None:
         pool, rng = pools[k], np.random.default_rng(k)
-        pool.reset(seed=1000 * k)
         buffer = np.zeros((envs, *pool.single_observation_space.shape), np.uint8)
         while not stop.is_set():
             time.sleep(inference_ms / 1000)  # the networks, on the GPU
@@ -58,10 +60,11 @@ def measure(groups: int, envs: int, threads: int, inference_ms: float, turns: bo
             steps[k] += envs
 
     workers = [threading.Thread(target=play, args=(k,)) for k in range(groups)]
+    flight.open()  # before any pool is sent
     for w in workers:
         w.start()
     time.sleep(1.0)  # warm-up
-    flight.open()
+    flight.reset()
     before, t0 = sum(steps), time.perf_counter()
     time.sleep(seconds)
     rate = (sum(steps) - before) / (time.perf_counter() - t0)

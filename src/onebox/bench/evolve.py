@@ -163,8 +163,8 @@ class PopulationRate:
     """Shares of the population run's time with 0, 1, ... of the groups' pools in flight (see
     `PopulationEvaluator.in_flight`)."""
     one_pool: float | None
-    """Frames/s of one group's pool stepped alone with random actions (asked for: the most
-    pools stepped in turn can make), or None."""
+    """Frames/s of one group's pool stepped alone with random actions (asked for: about the
+    most pools stepped in turn can make), or None."""
     params: int
     """Parameters per network."""
 
