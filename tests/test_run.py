@@ -376,6 +376,15 @@ def test_in_flight_counts_time_by_workers_at_once(monkeypatch):
     assert flight.fractions() == pytest.approx([4 / 9, 4 / 9, 1 / 9])
     flight.reset()
     assert flight.fractions() == []
+    # A worker back that was never counted out (the clock opened while it was in flight)
+    # would file time under a wrong count: refused.
+    at(30, flight.open)
+    with pytest.raises(RuntimeError, match="no worker in flight"):
+        at(31, flight.stop)
+    at(32, flight.start)  # and the count goes on from none
+    at(34, flight.stop)
+    at(35, flight.close)
+    assert flight.fractions() == pytest.approx([3 / 5, 2 / 5])
 
 
 def test_progress_disabled_and_enabled(capsys):

@@ -78,6 +78,12 @@ class InFlight:
                 self._seconds[self._count] += now - self._since
                 self._since = now
             self._count += delta
+            if self._count < 0:
+                self._count = 0
+                raise RuntimeError(
+                    "InFlight.stop() with no worker in flight: open() the clock before any "
+                    "worker is sent, and stop() each once after its start()"
+                )
             if clock is not None:  # open: nothing in flight yet (whatever an error left)
                 self._since, self._count = (now, 0) if clock else (None, self._count)
 
