@@ -13,7 +13,7 @@ before the step: the actors record them like any other output, so each stored se
 from the state the actor really had. With `--inference local` (the default with `--ray ADDRESS`,
 whose actors run on actor hosts of a Ray cluster, `onebox.cluster.actor_hosts`) each actor runs
 its own copy of the network, which keeps its envs' states the same way
-(`onebox.sampling.inference.EnvStates`).
+(`onebox.sampling.env_states.EnvStates`).
 
 The channel (`onebox.sampling.channels.SequenceChannel`) cuts each actor-env's steps into
 sequences of `seq_len` steps overlapping by `overlap`, which never cross an episode end

@@ -20,7 +20,8 @@ from torch import nn
 from onebox.envs.shm import Block, Layout
 from onebox.nn.accel import to_host
 from onebox.sampling.actor_client import InferResult, OutputSpec
-from onebox.sampling.inference import EnvStates, PolicyFn
+from onebox.sampling.env_states import EnvStates
+from onebox.sampling.inference import PolicyFn
 
 
 def actor_critic_policy(net: Any) -> PolicyFn:
