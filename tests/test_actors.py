@@ -6,6 +6,9 @@ only complete unrolls, oldest first, and their shared weights are read whole."""
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -182,8 +185,18 @@ def test_ring_hands_over_complete_unrolls_oldest_first() -> None:
         assert got[0].returns == [10.0] and got[0].lengths == [5] and got[1].returns == []
         assert ring.take() == []  # freed, not handed over twice
         actor_side.a["flags"][:] = 1  # every slot full: the actor would wait for the learner...
+        assert actor_side.a["owner"][0] == os.getpid()  # (the learner's side made the ring)
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        ring.a["owner"][0] = gone.pid  # ...but a learner killed can free no slot: no hang
+        got_slot: list[int | None] = []
+        waiter = threading.Thread(target=lambda: got_slot.append(actor_side.acquire()), daemon=True)
+        waiter.start()
+        waiter.join(timeout=10)
+        assert got_slot == [None]
+        ring.a["owner"][0] = os.getpid()
         ring.a["stop"][0] = 1
-        assert actor_side.acquire() is None  # ...but the learner stopped: no hang
+        assert actor_side.acquire() is None  # ...nor once the learner stopped
     finally:
         actor_side.a = {}
         actor_side.block.close()

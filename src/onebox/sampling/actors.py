@@ -268,10 +268,21 @@ learner's thread waiting for a core 16% of the time (`/proc/PID/task/TID/schedst
 is idle the actors use it whatever their priority."""
 
 
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (a signal 0 reaches it, or exists but is not ours)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class UnrollRing:
     """A process actor's `slots` unroll slots in one shared-memory block, plus its episode
-    statistics, the slots' states (free/full) and order, its life count, a stop flag and its
-    seconds in each of `ACTOR_SECTIONS` this life (written at each publish).
+    statistics, the slots' states (free/full) and order, its life count, a stop flag, the
+    learner's process id and the actor's time this life (`SharedTiming`).
 
     Two semaphores wake the sides up instead of polling (a poll beside the learner costs it a
     hand-off of the GIL or of its core each time): `arrived` is released at each publish (the
@@ -283,6 +294,8 @@ class UnrollRing:
         self.a = self.block.arrays
         self.slots = len(self.a["flags"])
         self.arrived, self.freed = arrived, freed
+        if name is None:  # the learner's side makes the block
+            self.a["owner"][0] = os.getpid()
 
     @classmethod
     def plan(
@@ -302,6 +315,7 @@ class UnrollRing:
             ("order", (slots,), np.int64),
             ("lives", (1,), np.int64),
             ("stop", (1,), np.int64),
+            ("owner", (1,), np.int64),
             ("timing", (SharedTiming.SIZE,), np.float64),
         ]
         return Layout.plan(arrays)
@@ -309,18 +323,21 @@ class UnrollRing:
     def slot(self, k: int) -> dict[str, np.ndarray]:
         """Views of slot k's unroll arrays."""
         skip = {"ep_returns", "ep_lengths", "ep_count", "flags", "order", "lives", "stop",
-                "timing"}  # fmt: skip
+                "owner", "timing"}  # fmt: skip
         return {name: v[k] for name, v in self.a.items() if name not in skip}
 
     # the actor's side
 
     def acquire(self) -> int | None:
-        """A free slot to write (waiting for the learner to free one), or None once stopped."""
+        """A free slot to write (waiting for the learner to free one), or None once stopped, or
+        once the learner's process is gone (killed, it can neither free a slot nor say stop:
+        its actors would wait here for good)."""
         while not self.a["stop"][0]:
             free = np.flatnonzero(self.a["flags"] == _FREE)
             if len(free):
                 return int(free[0])
-            self.freed.acquire(timeout=0.05)
+            if not self.freed.acquire(timeout=0.05) and not _alive(int(self.a["owner"][0])):
+                return None
         return None
 
     def publish(self, k: int, returns: list[float], lengths: list[int]) -> None:
