@@ -29,7 +29,6 @@ import torch
 import onebox.envs
 from onebox.bench import common
 from onebox.evo.evaluator import EpisodeSeeds, PopulationEvaluator
-from onebox.nn.accel import resolve_device
 from onebox.nn.population import ConvImpl, PopulationNet, default_arch
 
 
@@ -167,6 +166,8 @@ class PopulationRate:
     most pools stepped in turn can make), or None."""
     params: int
     """Parameters per network."""
+    pool_turns: bool
+    """Whether the groups' pools stepped in turn (`PopulationEvaluator.pool_turns`)."""
 
     def in_flight_text(self) -> str:
         """The in-flight shares as "0: 5%, 1: 30%, 2: 65%"."""
@@ -183,7 +184,7 @@ def population_rate(
         split, in_flight = ev.timing.fractions(), ev.in_flight.fractions()
         env_only = _env_only(ev, config.seconds) * ev.frames_per_step
         alone = _env_only(ev, config.seconds, 1) * ev.frames_per_step if one_pool else None
-    return PopulationRate(pop, env_only, split, in_flight, alone, ev.num_params)
+    return PopulationRate(pop, env_only, split, in_flight, alone, ev.num_params, ev.pool_turns)
 
 
 def _env_only(ev: PopulationEvaluator, seconds: float, pools: int | None = None) -> float:
@@ -298,10 +299,10 @@ def run(config: EvolveBenchConfig) -> int:
     ]
     rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-", "-", "-",
              "-", "-"]]  # fmt: skip
-    params = 0
+    params, turns = 0, False
     for k in config.num_slots:
         r = population_rate(config, k)
-        params = r.params
+        params, turns = r.params, r.pool_turns
         rows.append(
             [
                 str(k),
@@ -322,11 +323,6 @@ def run(config: EvolveBenchConfig) -> int:
             ["native rollout", common.format_rate(rollout), "-", "-",
              common.format_ratio(rollout / single), "-", "-", "-", "-", "-"]
         )  # fmt: skip
-    turns = onebox.envs.backend_of(config.env) == "atari" and (
-        config.pool_turns
-        if config.pool_turns is not None
-        else resolve_device(config.device).type == "cuda"
-    )
     title = (
         f"{config.env}: population {config.population} of {config.arch} "
         f"{'-'.join(map(str, config.hidden))}, {config.slot_groups} slot groups of "

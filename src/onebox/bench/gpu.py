@@ -8,15 +8,17 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
   preset double-buffered, two halves of 4 envs, ran slower than sync on an H200 and is left
   out: docs/benchmarks.md, 2026-11-28), PPO with a throughput preset (double-buffered, 128
   envs) in float32 and bf16, and APPO with its Atari preset (4 actors of 8 envs) and with the
-  same 128 envs (8 actors of 16), as threads (each actor's 16 envs in one pool, and in two that
-  take turns: `--env-splits 2`; the server batching with no wait, `--timeout-ms 0`) and as
-  processes: SPS, the time split, the inference server's batch, latency and load, and SPS as
-  a share of the engine alone stepping the same envs with random actions (goal: >= 60%).
-- evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads: float32
-  with a seeded reset per episode, then with a seeded reset per env per evaluation
-  (`--episode-seeds env`) in float32 (two, three and four slot groups of 125) and bfloat16,
-  population frames/s against the same pools stepped with random actions (goal: >= 90%), and
-  the evaluator's time split.
+  same 128 envs (8 thread actors of 16; 4 of 32; the server waiting up to 1 ms for fuller
+  batches, `--timeout-ms 1`; process actors; the server's policy compiled, `--compile`): SPS,
+  the time split, the inference server's batch, latency and load, the actors' time split, and
+  SPS as a share of the engine alone stepping the same envs with random actions (goal: >= 60%).
+- evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads,
+  the rows most wanted first: float32 with a seeded reset per env per evaluation
+  (`--episode-seeds env`) and two, three and four slot groups of 125, their pools stepped in
+  turn (`--pool-turns`; two groups also at once), then with a seeded reset per episode, then
+  bfloat16: population frames/s against the same pools stepped with random actions (goal:
+  >= 90%) and against one group's pool alone, the evaluator's time split and the time with 0,
+  1, 2, ... pools in flight.
 - inference: the inference server on the device serving 16 thread actors Nature-CNN requests.
 - offpolicy: Ape-X and R2D2 with their Atari presets (8 process actors of 16 envs, the learner
   and the inference server on the device) for 45 s each: env frames/s and learner updates/s.
@@ -445,8 +447,9 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
                      f"{100 * r.split.get('turn', 0.0):.0f}%", r.in_flight_text(),
                      "met" if share >= 0.9 else "missed"])  # fmt: skip
     header = ["precision", "episode seeds", "slot groups", "pools step", "population frames/s",
-              "env-only frames/s", "one pool alone", "share", "inference share", "params share", "other share",
-              "turn share", "time with 0, 1, ... pools in flight", "goal >= 90%"]  # fmt: skip
+              "env-only frames/s", "one pool alone", "share", "inference share", "params share",
+              "other share", "turn share", "time with 0, 1, ... pools in flight",
+              "goal >= 90%"]  # fmt: skip
     return "\n".join([
         f"## Evolution: {size['population']:,} Nature CNNs on {ENV}", "",
         f"`onebox bench evolve`: slot groups of {group} slots (two, three or four: "
@@ -454,8 +457,8 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         f"engine pool of {threads} threads, the pools stepped in turn (one at a time, with "
         "every core, while the other groups run their networks: `--pool-turns`, the default "
         "on a GPU) or at once, sharing the cores; each env step its own individual's network "
-        f"({params:,} parameters) on {device}; episodes capped at {size['episode_cap']} steps; env only: "
-        "the same pools with random actions. Episode seeds `pair`: every episode starts with "
+        f"({params:,} parameters) on {device}; episodes capped at {size['episode_cap']} steps; "
+        "env only: the same pools with random actions. Episode seeds `pair`: every episode starts with "
         "its own seeded reset, for which ALE reloads the ROM (fitnesses independent of K); "
         "`env`: one seeded reset per env per evaluation, the later episodes unseeded "
         "(`onebox evolve --episode-seeds env`). One pool alone: one group's pool stepped "

@@ -56,11 +56,11 @@ from onebox.sampling.rollout import Rollout
 from onebox.sampling.sampler import EpisodeTracker
 
 InferFn = Callable[[np.ndarray, np.ndarray, np.ndarray], InferResult]
+"""(env ids, observations, starts) -> the actions of those envs; `starts[i]`: obs i begins an
+episode (a recurrent policy's state for that env is zeroed first)."""
 
 ACTOR_SECTIONS = ("env", "inference", "blocked")
 """What `collect` times: the env pools, waiting for actions, waiting for the learner."""
-"""(env ids, observations, starts) -> the actions of those envs; `starts[i]`: obs i begins an
-episode (a recurrent policy's state for that env is zeroed first)."""
 
 
 @dataclasses.dataclass(frozen=True)
