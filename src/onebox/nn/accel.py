@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -89,6 +90,12 @@ def scale_images(x: torch.Tensor) -> torch.Tensor:
     return x.float() * (1.0 / 255.0)
 
 
+@functools.cache
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    """The torch dtype of numpy's `dtype` (worked out once per dtype, not per call)."""
+    return torch.from_numpy(np.empty(0, dtype)).dtype
+
+
 class Staging:
     """Host arrays to tensors on `device`: through pinned buffers and non-blocking copies on
     CUDA (`pinned` is True), as the array's own memory on the CPU (nothing copied).
@@ -132,7 +139,7 @@ class Staging:
             joined = np.concatenate(parts, dtype=dtype) if len(parts) > 1 else parts[0]
             return torch.as_tensor(np.asarray(joined, dtype), device=self.device)
         shape = (sum(len(p) for p in parts), *parts[0].shape[1:])
-        buffer, done = self._buffer(shape, torch.from_numpy(np.empty(0, dtype)).dtype)
+        buffer, done = self._buffer(shape, _torch_dtype(dtype))
         np.concatenate(parts, out=buffer.numpy(), casting="same_kind")
         return self._send(buffer, done)
 
