@@ -183,6 +183,14 @@ def test_cuda_staging_pins_and_equals_the_host() -> None:
 
 @cuda
 @needs_cuda
+def test_cuda_side_stream_outranks_the_learners() -> None:
+    side = SideStream("cuda")
+    assert side.stream is not None
+    assert side.stream.priority < torch.cuda.default_stream().priority
+
+
+@cuda
+@needs_cuda
 def test_cuda_to_host_fetches_every_output_after_one_wait() -> None:
     x = torch.randn(4096, 512, device="cuda")
     y = x @ x.T  # queued work the fetch must wait for

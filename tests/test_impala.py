@@ -14,6 +14,7 @@ import pytest
 
 from learning import best_window, descendants, metric, refused
 from onebox import cli, run
+from onebox.sampling.inference import CALL_SECTIONS
 
 
 def train(tmp_path: Path, *args: str, algo: str = "impala") -> Path:
@@ -85,6 +86,13 @@ def test_the_server_batches_one_env_split_of_every_actor(tmp_path: Path) -> None
     busy = [v for _, v in metric(run_dir, "charts/inference_busy")]
     assert len(latency) == len(busy) == len(batches)
     assert all(v > 0 for v in latency) and all(0 < v < 1 for v in busy)
+    # Where the calls' time went: their parts' shares add up to 1, and the server thread ran on
+    # a core for some of their host parts.
+    parts = [[v for _, v in metric(run_dir, f"charts/inference_{k}")] for k in CALL_SECTIONS]
+    on_core = [v for _, v in metric(run_dir, "charts/inference_on_core")]
+    assert all(len(p) == len(batches) for p in parts) and len(on_core) == len(batches)
+    assert all(sum(shares) == pytest.approx(1.0) for shares in zip(*parts, strict=True))
+    assert all(0 < v <= 1 for v in on_core)
     # And the thread actors' time split: shares of their time that add up to 1.
     check_actor_split(run_dir, len(batches))
 

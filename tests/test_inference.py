@@ -14,8 +14,9 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from onebox.algos.actor_learner import ServerStats
 from onebox.sampling.actor_client import ActorClient
-from onebox.sampling.inference import InferenceServer
+from onebox.sampling.inference import CALL_SECTIONS, InferenceServer
 
 OBS = spaces.Box(-1e6, 1e6, (3,), np.float32)
 ACT = spaces.Discrete(1_000_000)
@@ -165,6 +166,36 @@ def test_version_counts_weight_updates_and_errors_reach_the_actor() -> None:
             server.submit(0, np.arange(9), np.ones((9, 3), np.float32))
     with pytest.raises(TypeError, match="Discrete or Box actions"):
         InferenceServer(policy, OBS, spaces.MultiBinary(2))
+
+
+def test_the_calls_split_says_where_their_time_went() -> None:
+    # A policy that sleeps holds no core: its calls' time is "policy", the server thread off
+    # its core; one that computes for 20 ms of CPU time is "policy" and on a core.
+    def sleeping(obs, actor_ids, env_ids):
+        time.sleep(0.03)
+        return {"actions": torch.zeros(len(obs), dtype=torch.long)}
+
+    def computing(obs, actor_ids, env_ids):
+        start = time.thread_time()
+        while time.thread_time() - start < 0.02:
+            pass
+        return {"actions": torch.zeros(len(obs), dtype=torch.long)}
+
+    obs = np.ones((2, 3), np.float32)
+    for policy, on_core in ((sleeping, False), (computing, True)):
+        with InferenceServer(policy, OBS, ACT, max_batch=8) as server:
+            stats = ServerStats(server)
+            for _ in range(5):
+                server.infer(0, [0, 1], obs, timeout=30)
+            charts = stats.update()
+            wall, cpu = server.split.totals(), server.split.cpu_totals()
+        assert set(wall) == set(cpu) == set(CALL_SECTIONS)
+        shares = [charts[f"charts/inference_{k}"] for k in CALL_SECTIONS]
+        assert sum(shares) == pytest.approx(1.0) and charts["charts/inference_policy"] > 0.5
+        if on_core:
+            assert cpu["policy"] >= 5 * 0.02 and charts["charts/inference_on_core"] > 0.5
+        else:
+            assert wall["policy"] >= 5 * 0.03 and charts["charts/inference_on_core"] < 0.5
 
 
 def stubborn_actor(client: ActorClient, marker: str, steps: int) -> None:

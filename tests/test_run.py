@@ -353,6 +353,22 @@ def test_time_split():
     assert sum(split.fractions().values()) == pytest.approx(1.0)
     split.reset()
     assert split.totals() == {} and split.fractions() == {}
+    with pytest.raises(ValueError, match="cpu=True"):
+        split.cpu_totals()
+
+
+def test_time_split_with_cpu_seconds_tells_waiting_from_running():
+    split = TimeSplit(("sleep", "spin", "unused"), cpu=True)
+    assert split.totals() == split.cpu_totals() == {"sleep": 0.0, "spin": 0.0, "unused": 0.0}
+    with split("sleep"):
+        time.sleep(0.05)
+    with split("spin"):
+        start = time.thread_time()
+        while time.thread_time() - start < 0.05:
+            pass
+    wall, cpu = split.totals(), split.cpu_totals()
+    assert wall["sleep"] >= 0.05 and cpu["sleep"] < 0.5 * wall["sleep"]
+    assert 0.05 <= cpu["spin"] <= wall["spin"] + 0.01
 
 
 def test_in_flight_counts_time_by_workers_at_once(monkeypatch):

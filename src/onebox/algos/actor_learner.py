@@ -32,7 +32,7 @@ from onebox.algos import offpolicy
 from onebox.algos.common import parse_env_options, setup_torch
 from onebox.sampling.actors import ACTOR_SECTIONS, ActorSpec, ProcessActors, ThreadActor
 from onebox.sampling.channels import ReplayChannel
-from onebox.sampling.inference import InferenceServer, OutputSpec, PolicyFn
+from onebox.sampling.inference import CALL_SECTIONS, InferenceServer, OutputSpec, PolicyFn
 from onebox.sampling.policies import SharedWeights, Weights
 
 
@@ -153,11 +153,22 @@ def server_batch(config: Any) -> int:
     return min(config.max_batch, config.actors * (config.envs_per_actor // config.env_splits))
 
 
+HOST_SECTIONS = tuple(k for k in CALL_SECTIONS if k != "device")
+"""The parts of a policy call the server thread works through on the host."""
+
+
 class ServerStats:
     """The inference server's charts between two logs: `charts/inference_batch` (envs per
     policy call), `charts/inference_latency_ms` (a request's mean time in the server, waiting
-    for its batch and its policy call) and `charts/inference_busy` (the share of the time in
-    policy calls)."""
+    for its batch and its policy call), `charts/inference_busy` (the share of the time in
+    policy calls), the shares of the calls' time in each of their parts
+    (`charts/inference_gather`, `_policy`, `_device`, `_answer`: see
+    `onebox.sampling.inference.CALL_SECTIONS`) and `charts/inference_on_core`: the share of the
+    calls' time on the host (all but `device`) that the server thread ran on a core, not
+    waiting (for the GIL, a core, the learner's weight update). Only the server thread's own CPU
+    time counts: on a CPU device with several torch threads the forward's work in torch's other
+    threads does not, and the share reads low there (on this 2-core machine, APPO on Pong: 92%
+    with `--torch-threads 1`, 43% with 2)."""
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
@@ -165,21 +176,31 @@ class ServerStats:
 
     def _now(self) -> tuple[float, ...]:
         s = self.server
+        wall, cpu = s.split.totals(), s.split.cpu_totals()
         return (time.perf_counter(), s.calls, s.env_steps, s.requests, s.request_seconds,
-                s.busy_seconds)  # fmt: skip
+                s.busy_seconds, *(wall[k] for k in CALL_SECTIONS),
+                sum(cpu[k] for k in HOST_SECTIONS))  # fmt: skip
 
     def update(self) -> dict[str, float]:
         """The charts since the last call (none where no call was made)."""
         now = self._now()
-        wall, calls, steps, requests, waited, busy = (
+        wall, calls, steps, requests, waited, busy, *parts, cpu = (
             a - b for a, b in zip(now, self.last, strict=True)
         )
         self.last = now
         if not calls:
             return {}
-        return {"charts/inference_batch": steps / calls,
-                "charts/inference_latency_ms": 1000 * waited / requests,
-                "charts/inference_busy": busy / wall}  # fmt: skip
+        charts = {"charts/inference_batch": steps / calls,
+                  "charts/inference_latency_ms": 1000 * waited / requests,
+                  "charts/inference_busy": busy / wall}  # fmt: skip
+        timed = dict(zip(CALL_SECTIONS, parts, strict=True))
+        total = sum(timed.values())
+        host = sum(timed[k] for k in HOST_SECTIONS)
+        if total > 0:
+            charts.update({f"charts/inference_{k}": v / total for k, v in timed.items()})
+        if host > 0:
+            charts["charts/inference_on_core"] = min(1.0, cpu / host)
+        return charts
 
 
 class ActorStats:

@@ -354,7 +354,7 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
                          common.format_rate(alone),
                          f"{100 * share:.0f}%", "met" if share >= 0.6 else "missed"])  # fmt: skip
     header = ["run", "precision", "batch", "SPS", "updates/s", "time split", "policy lag",
-              "inference server (batch, latency, busy)", "actors' time", "engine alone",
+              train.SERVER_HEADER, "actors' time", "engine alone",
               "SPS / engine",
               "goal >= 60%"]  # fmt: skip
     return "\n".join([
@@ -364,7 +364,11 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
         "random actions, sync for the sync sampler, async otherwise. For APPO, SPS is also the "
         "inference server's rate and updates/s the learner's, measured together; its server: "
         "envs per policy call, a request's mean time in the server (waiting for its batch, "
-        "then the call), the share of the time in policy calls; the actors' time: in their "
+        "then the call), the share of the time in policy calls, the shares of the calls' time "
+        "in their parts (gather: requests joined onto the GPU; policy: its work queued; device: "
+        "waiting for the outputs; answer: each request its rows) and the share of their host "
+        "parts the server thread ran on a core (the rest: waiting for the GIL or a core); the "
+        "actors' time: in their "
         "env pools, waiting for actions, waiting for the learner to take their unrolls, the "
         "rest of their loop (recording, waiting for the GIL).", "",
         _table(header, rows), *_skipped(skipped), *failures,

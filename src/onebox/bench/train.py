@@ -20,6 +20,7 @@ from typing import Any, Literal
 from onebox.bench import common
 from onebox.nn.accel import AccelFields
 from onebox.sampling.actors import ACTOR_SECTIONS
+from onebox.sampling.inference import CALL_SECTIONS
 
 CLEANRL_ATARI_SPS = 240.0
 """CleanRL's ppo_atari_envpool on Pong-v5 on a 2-core machine like this one, as given in the
@@ -62,6 +63,10 @@ class TrainBenchConfig(AccelFields):
     """Markdown file to write this env's section into (e.g. docs/benchmarks.md)."""
 
 
+SERVER_HEADER = "inference server (batch, latency, busy; its calls' parts; on a core)"
+"""The column of `Result.server_text`."""
+
+
 @dataclasses.dataclass
 class Result:
     mode: str
@@ -71,7 +76,8 @@ class Result:
     lag: float | None
     server: dict[str, float]
     """APPO: the inference server's charts (`charts/inference_batch`, `_latency_ms`, `_busy`,
-    as "batch", ...), means over the timed updates; empty for PPO."""
+    the calls' parts `_gather`, `_policy`, `_device`, `_answer`, and `_on_core`, as "batch",
+    ...), means over the timed updates; empty for PPO."""
     actors: dict[str, float]
     """APPO: its actors' time split (`charts/actor_env`, `_inference`, `_blocked`,
     `_other`, as "env", ...), means over the timed updates; else empty."""
@@ -83,12 +89,18 @@ class Result:
         return ", ".join(f"{k} {100 * v:.0f}%" for k, v in self.actors.items())
 
     def server_text(self) -> str:
-        """The server's charts as "128 envs, 2.1 ms, busy 40%", or "-"."""
+        """The server's charts as "128 envs, 2.1 ms, busy 40%; gather 10%, policy 60%, device
+        20%, answer 10%; on a core 70%", or "-"."""
         if not self.server:
             return "-"
         s = self.server
-        return (f"{s['batch']:.0f} envs, {s['latency_ms']:.1f} ms, busy "
-                f"{100 * s['busy']:.0f}%")  # fmt: skip
+        text = f"{s['batch']:.0f} envs, {s['latency_ms']:.1f} ms, busy {100 * s['busy']:.0f}%"
+        parts = [f"{k} {100 * s[k]:.0f}%" for k in CALL_SECTIONS if k in s]
+        if parts:
+            text += "; " + ", ".join(parts)
+        if "on_core" in s:
+            text += f"; on a core {100 * s['on_core']:.0f}%"
+        return text
 
 
 def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
@@ -162,7 +174,7 @@ def run(config: TrainBenchConfig) -> int:
     header = ["mode", "batch", "env steps/s", "frames/s", *sections, "policy lag"]
     served = any(r.server for r in results)
     if served:
-        header.append("inference server (batch, latency, busy)")
+        header.append(SERVER_HEADER)
     acted = any(r.actors for r in results)
     if acted:
         header.append("actors' time")
@@ -196,7 +208,11 @@ def run(config: TrainBenchConfig) -> int:
             "env steps per update. Time split: each run's `time/*` shares. Policy lag: learner version minus "
             "behaviour version, mean over the run. Inference server (APPO): envs per policy "
             "call, a request's mean time in the server (waiting for its batch, then the call) "
-            "and the share of the time in policy calls, means over the timed updates; actors' "
+            "and the share of the time in policy calls; the shares of the calls' time in their "
+            "parts (gather: the requests joined onto the device; policy: the forward, on a GPU "
+            "queued; device: waiting for the outputs on the host; answer: each request its "
+            "rows) and the share of their host parts that the server thread ran on a core "
+            "(the rest it waited for the GIL or a core); means over the timed updates; actors' "
             "time: in their env pools, waiting for actions, waiting for the learner to "
             "take their unrolls, the rest of their loop. "
             f"× CleanRL: against {CLEANRL_ATARI_SPS:.0f} SPS, the reference's figure for CleanRL's "

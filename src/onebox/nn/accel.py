@@ -17,8 +17,9 @@
   every copy is queued, then the stream synchronized once) rather than one per tensor.
 - `resolve_device`: a `--device` value as a torch device ("auto": CUDA where there is a GPU), or
   a ValueError saying what is wrong with it.
-- `SideStream`: a CUDA stream for a thread that runs inference beside a learner on the same GPU
-  (the inference server), ordered against the learner's weight updates on the GPU itself.
+- `SideStream`: a CUDA stream of high priority for a thread that runs inference beside a learner
+  on the same GPU (the inference server), ordered against the learner's weight updates on the GPU
+  itself.
 """
 
 from __future__ import annotations
@@ -189,14 +190,22 @@ def to_host(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 class SideStream:
     """A CUDA stream for inference running in its own thread beside a learner on one GPU.
 
-    `enter()` makes it the calling thread's current stream (call it in that thread). The
+    The stream has a higher priority than the learner's (`PRIORITY`): where both have work
+    queued, the GPU starts the inference's blocks first, so actors waiting for actions do not
+    wait behind a backward pass. `enter()` makes it the calling thread's current stream (call it
+    in that thread). The
     learner's weight updates go inside `exclusive()`: the learner's stream first waits for the
     inference queued so far, and inference queued afterwards waits for the update, both on the
     GPU (no host synchronization). On a CPU device everything is a no-op."""
 
+    PRIORITY = -1
+    """The stream's priority (lower is higher; the learner's default stream is 0)."""
+
     def __init__(self, device: torch.device | str) -> None:
         device = torch.device(device)
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.stream = (
+            torch.cuda.Stream(device, priority=self.PRIORITY) if device.type == "cuda" else None
+        )
 
     def enter(self) -> None:
         """Make this the calling thread's current CUDA stream."""

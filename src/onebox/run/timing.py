@@ -4,21 +4,27 @@
 from __future__ import annotations
 
 import threading
-from time import perf_counter
+from time import perf_counter, thread_time
 
 
 class TimeSplit:
     """Accumulates wall seconds per named section: `with split("env"): ...`.
 
     Sections may nest, but then the inner time counts in both, and `fractions` (shares of the summed
-    time) no longer split the wall time; keep the sections of one loop side by side.
+    time) no longer split the wall time; keep the sections of one loop side by side. With
+    `cpu=True` each section also sums the CPU seconds of the thread that timed it (`cpu_totals`):
+    where those fall short of its wall seconds, the thread waited (for a lock, the GIL, a core,
+    a device) rather than ran.
     """
 
-    __slots__ = ("_name", "_stack", "_totals")
+    __slots__ = ("_cpu", "_name", "_stack", "_totals")
 
-    def __init__(self) -> None:
-        self._totals: dict[str, float] = {}
-        self._stack: list[tuple[str, float]] = []
+    def __init__(self, sections: tuple[str, ...] = (), cpu: bool = False) -> None:
+        self._totals: dict[str, float] = dict.fromkeys(sections, 0.0)
+        """Sections named up front read as 0 until timed, and the dict's keys never change
+        afterwards as another thread reads it."""
+        self._cpu: dict[str, float] | None = dict.fromkeys(sections, 0.0) if cpu else None
+        self._stack: list[tuple[str, float, float]] = []
         self._name = ""
 
     def __call__(self, name: str) -> TimeSplit:
@@ -26,12 +32,15 @@ class TimeSplit:
         return self
 
     def __enter__(self) -> None:
-        self._stack.append((self._name, perf_counter()))
+        self._stack.append((self._name, perf_counter(), thread_time() if self._cpu is not None
+                            else 0.0))  # fmt: skip
 
     def __exit__(self, *exc: object) -> None:
         end = perf_counter()
-        name, start = self._stack.pop()
+        name, start, cpu = self._stack.pop()
         self._totals[name] = self._totals.get(name, 0.0) + end - start
+        if self._cpu is not None:
+            self._cpu[name] = self._cpu.get(name, 0.0) + thread_time() - cpu
 
     def add(self, name: str, seconds: float) -> None:
         """Add `seconds` measured elsewhere to section `name`."""
@@ -45,9 +54,15 @@ class TimeSplit:
         """`totals()` with the time so far of the sections still open: what another thread
         reads of a loop that may be inside a long section (waiting) as it reads."""
         now, out = perf_counter(), dict(self._totals)
-        for name, start in list(self._stack):
+        for name, start, _ in list(self._stack):
             out[name] = out.get(name, 0.0) + now - start
         return out
+
+    def cpu_totals(self) -> dict[str, float]:
+        """With `cpu=True`: the timing thread's CPU seconds per section since the last `reset`."""
+        if self._cpu is None:
+            raise ValueError("this TimeSplit does not time CPU seconds: make it with cpu=True")
+        return dict(self._cpu)
 
     def fractions(self) -> dict[str, float]:
         """Each section's share of the summed time (all 0 when nothing was timed)."""
@@ -57,6 +72,8 @@ class TimeSplit:
     def reset(self) -> None:
         """Forget the accumulated times (a section still open keeps timing)."""
         self._totals = {}
+        if self._cpu is not None:
+            self._cpu = {}
 
 
 class InFlight:
@@ -102,6 +119,12 @@ class InFlight:
     def stop(self) -> None:
         """One worker is back."""
         self._move(-1)
+
+    def cpu_totals(self) -> dict[str, float]:
+        """With `cpu=True`: the timing thread's CPU seconds per section since the last `reset`."""
+        if self._cpu is None:
+            raise ValueError("this TimeSplit does not time CPU seconds: make it with cpu=True")
+        return dict(self._cpu)
 
     def fractions(self) -> list[float]:
         """The share of the clock's time with k workers in flight, at index k (empty before any

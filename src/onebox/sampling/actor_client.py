@@ -1,4 +1,5 @@
-"""What an actor gets from the inference server (`InferResult`), and a process actor's side of it.
+"""What an actor gets from the inference server (`InferResult`), a thread actor's request waiting
+for it (`Pending`), and a process actor's side of it.
 
 A process actor has one preallocated shared-memory slot (`slot_layout`): it writes its
 observations, env ids and done flags there and one `REQUEST` byte to its request pipe; the server
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import threading
 from typing import Any
 
 import cloudpickle
@@ -48,6 +50,32 @@ class InferResult:
             return self.__dict__["outputs"][name]
         except KeyError:
             raise AttributeError(f"the policy has no output {name!r}") from None
+
+
+class Pending:
+    """A submitted request; `wait()` returns its `InferResult` or raises the server's error."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._result: InferResult | None = None
+        self._error: str | None = None
+
+    def _finish(self, result: InferResult | None, error: str | None = None) -> None:
+        self._result, self._error = result, error
+        self._event.set()
+
+    def done(self) -> bool:
+        """Whether the answer is in."""
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> InferResult:
+        """Block until the answer is in (at most `timeout` seconds: then TimeoutError)."""
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"no answer from the inference server within {timeout} s")
+        if self._error is not None:
+            raise RuntimeError(self._error)
+        assert self._result is not None
+        return self._result
 
 
 def slot_layout(

@@ -433,7 +433,7 @@ class SharedTiming(TimeSplit):
 
     def __enter__(self) -> None:
         super().__enter__()
-        name, start = self._stack[-1]
+        name, start, _ = self._stack[-1]
         if name in ACTOR_SECTIONS:
             self._array[-1] = start
             self._array[-2] = ACTOR_SECTIONS.index(name)

@@ -53,11 +53,13 @@ from gymnasium import spaces
 
 from onebox.envs.shm import Block
 from onebox.nn.accel import SideStream, Staging, inherit_torch_threads, to_host
+from onebox.run.timing import TimeSplit
 from onebox.sampling.actor_client import (
     DONE,
     REQUEST,
     InferResult,
     OutputSpec,
+    Pending,
     actor_main,
     answer_error,
     slot_layout,
@@ -65,37 +67,16 @@ from onebox.sampling.actor_client import (
 from onebox.sampling.env_states import EnvStates
 from onebox.supervisor import FROM_WORKER, TO_WORKER, RestartLimitError, Supervisor, Worker
 
+CALL_SECTIONS = ("gather", "policy", "device", "answer")
+"""A policy call's parts: joining the requests onto the device; the policy (on a GPU: queuing
+its work), after any weight update of the learner in progress; waiting for its outputs to reach
+the host; handing each request its rows."""
+
 PolicyFn = Callable[..., Any]
 """`policy_fn(obs, actor_ids, env_ids)` -> outputs, or with an LSTM
 `policy_fn(obs, actor_ids, env_ids, (h, c))` -> (outputs, (h, c)): `outputs` a dict of tensors
 with a leading batch axis, "actions" and the server's declared `outputs`; the ids are int64
 tensors, one per row."""
-
-
-class Pending:
-    """A submitted request; `wait()` returns its `InferResult` or raises the server's error."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._result: InferResult | None = None
-        self._error: str | None = None
-
-    def _finish(self, result: InferResult | None, error: str | None = None) -> None:
-        self._result, self._error = result, error
-        self._event.set()
-
-    def done(self) -> bool:
-        """Whether the answer is in."""
-        return self._event.is_set()
-
-    def wait(self, timeout: float | None = None) -> InferResult:
-        """Block until the answer is in (at most `timeout` seconds: then TimeoutError)."""
-        if not self._event.wait(timeout):
-            raise TimeoutError(f"no answer from the inference server within {timeout} s")
-        if self._error is not None:
-            raise RuntimeError(self._error)
-        assert self._result is not None
-        return self._result
 
 
 class _Request:
@@ -218,6 +199,9 @@ class InferenceServer:
         or read from a process actor) to their answer."""
         self.busy_seconds = 0.0
         """Seconds in policy calls: merging the requests, the policy, answering."""
+        self.split = TimeSplit(CALL_SECTIONS, cpu=True)
+        """Where the policy calls' seconds go (`CALL_SECTIONS`): wall seconds, and the server
+        thread's CPU seconds."""
         self._sup = Supervisor(context, actor_main, pipes=(FROM_WORKER, TO_WORKER),
                                name="onebox-actor", max_restarts=max_restarts)  # fmt: skip
         if context == "forkserver":
@@ -491,36 +475,20 @@ class InferenceServer:
     def _call(self, batch: list[_Request], n: int) -> None:
         # On CUDA the requests are joined straight into pinned buffers and these three copies
         # queued: the host waits once, for the outputs (`to_host`).
-        obs = [r.obs for r in batch]
-        actors = [np.full(len(r.env_ids), r.actor) for r in batch]
-        envs = [r.env_ids for r in batch]
-        extra = min(self.max_batch, 1 << (n - 1).bit_length()) - n if self._pad is not None else 0
-        if extra:  # rows of zeros up to the next power of two
-            obs.append(self._pad[:extra])
-            actors.append(np.zeros(extra, np.int64))
-            envs.append(np.zeros(extra, np.int64))
-        x = self._staging.concat(obs)
-        actor_ids = self._staging.concat(actors, np.int64)
-        env_ids = self._staging.concat(envs, np.int64)
-        if self.lstm is not None:
-            rows = []
-            for r in batch:
-                states = self._states.get(r.actor)
-                if states is None:
-                    states = self._states[r.actor] = EnvStates(self.lstm, self.device)
-                ids, state0 = states.before(r.env_ids, r.dones)
-                rows.append((states, ids, state0))
-            h0 = torch.cat([state0[0] for _, _, state0 in rows])
-            c0 = torch.cat([state0[1] for _, _, state0 in rows])
+        split = self.split
+        with split("gather"):
+            x, actor_ids, env_ids = self._gather(batch, n)
+            rows, state0 = self._states_before(batch) if self.lstm is not None else (None, {})
         try:
-            with self._weights:
+            with split("policy"), self._weights:
                 version = self.version
-                if self.lstm is None:
-                    out = self.policy_fn(x, actor_ids, env_ids)
+                if rows is None:
+                    out, state1 = self.policy_fn(x, actor_ids, env_ids), None
                 else:
-                    out, (h1, c1) = self.policy_fn(x, actor_ids, env_ids, (h0, c0))
-            state0 = {"state.h": h0, "state.c": c0} if self.lstm is not None else {}
-            outputs = self._host_outputs(out, n, state0)
+                    state = (state0["state.h"], state0["state.c"])
+                    out, state1 = self.policy_fn(x, actor_ids, env_ids, state)
+            with split("device"):
+                outputs = self._host_outputs(out, n, state0)
         except Exception as e:
             self.error = f"the policy failed in the inference server: {type(e).__name__}: {e}"
             for r in batch:
@@ -532,19 +500,54 @@ class InferenceServer:
         self.calls += 1
         self.requests += len(batch)
         self.env_steps += n
-        if self.lstm is not None:
-            start = 0
-            h0n, c0n = outputs.pop("state.h"), outputs.pop("state.c")
-            for states, ids, _ in rows:
-                end = start + len(ids)
-                states.after(ids, (h1[start:end], c1[start:end]))
-                start = end
+        with split("answer"):
+            if rows is not None:
+                start = 0
+                for states, ids in rows:
+                    end = start + len(ids)
+                    states.after(ids, (state1[0][start:end], state1[1][start:end]))
+                    start = end
+            self._answer(batch, outputs, version)
+
+    def _gather(self, batch: list[_Request], n: int) -> tuple[torch.Tensor, ...]:
+        """The requests' observations, actor ids and env ids, joined on the device (with
+        `pad_batches`, rows of zeros up to the next power of two)."""
+        obs = [r.obs for r in batch]
+        actors = [np.full(len(r.env_ids), r.actor) for r in batch]
+        envs = [r.env_ids for r in batch]
+        extra = min(self.max_batch, 1 << (n - 1).bit_length()) - n if self._pad is not None else 0
+        if extra:
+            obs.append(self._pad[:extra])
+            actors.append(np.zeros(extra, np.int64))
+            envs.append(np.zeros(extra, np.int64))
+        return (self._staging.concat(obs), self._staging.concat(actors, np.int64),
+                self._staging.concat(envs, np.int64))  # fmt: skip
+
+    def _states_before(
+        self, batch: list[_Request]
+    ) -> tuple[list[tuple[EnvStates, Any]], dict[str, torch.Tensor]]:
+        """With an LSTM: each request's `EnvStates` and rows in it, and the joined state before
+        the step ("state.h", "state.c"; reset where `dones` says an episode starts)."""
+        rows, h0, c0 = [], [], []
+        for r in batch:
+            states = self._states.get(r.actor)
+            if states is None:
+                states = self._states[r.actor] = EnvStates(self.lstm, self.device)
+            ids, (h, c) = states.before(r.env_ids, r.dones)
+            rows.append((states, ids))
+            h0.append(h)
+            c0.append(c)
+        return rows, {"state.h": torch.cat(h0), "state.c": torch.cat(c0)}
+
+    def _answer(self, batch: list[_Request], outputs: dict[str, np.ndarray], version: int) -> None:
+        """Hand each request of `batch` its rows of `outputs` (host arrays, in batch order)."""
         actions = outputs.pop("actions")
+        h0, c0 = outputs.pop("state.h", None), outputs.pop("state.c", None)
         start = 0
         for r in batch:
             end = start + len(r.env_ids)
             if r.pending is not None:
-                state = (h0n[start:end], c0n[start:end]) if self.lstm is not None else None
+                state = (h0[start:end], c0[start:end]) if h0 is not None else None
                 mine = {k: v[start:end] for k, v in outputs.items()}
                 r.pending._finish(InferResult(actions[start:end], mine, version, state))
             elif r.proc is not None and r.gen == r.proc.gen:
@@ -553,8 +556,8 @@ class InferenceServer:
                 for k, v in outputs.items():
                     a[f"out.{k}"][: end - start] = v[start:end]
                 a["version"][0] = version
-                if self.lstm is not None:
-                    a["h"][: end - start], a["c"][: end - start] = h0n[start:end], c0n[start:end]
+                if h0 is not None:
+                    a["h"][: end - start], a["c"][: end - start] = h0[start:end], c0[start:end]
                 with contextlib.suppress(OSError):
                     os.write(r.proc.resp.fileno(), DONE)
             start = end
