@@ -176,6 +176,8 @@ class Supervisor:
         name: process name prefix (a worker's process is "{name}-{index}").
         max_restarts: restarts allowed per worker (None: no limit).
         max_total_restarts: restarts allowed over all workers (None: no limit).
+        daemon: start the workers as daemonic processes (killed when the parent exits); a
+            worker that starts processes of its own cannot be one.
     """
 
     def __init__(
@@ -187,6 +189,7 @@ class Supervisor:
         name: str = "onebox-worker",
         max_restarts: int | None = None,
         max_total_restarts: int | None = None,
+        daemon: bool = True,
     ) -> None:
         for direction in pipes:
             if direction not in (TO_WORKER, FROM_WORKER):
@@ -194,6 +197,7 @@ class Supervisor:
         self.ctx = get_context(context)
         self.target, self.pipes, self.name = target, tuple(pipes), name
         self.max_restarts, self.max_total_restarts = max_restarts, max_total_restarts
+        self.daemon = daemon
         self.workers: list[Worker] = []
         self.restarts = 0
         """Restarts so far, over all workers."""
@@ -216,7 +220,7 @@ class Supervisor:
             target=_bootstrap,
             args=(self.target, words_w, (*args, *child)),
             name=f"{self.name}-{worker.index}",
-            daemon=True,
+            daemon=self.daemon,
         )
         worker.conns, worker._words, worker.exit = tuple(ends), words_r, None
         try:

@@ -34,6 +34,7 @@ from onebox.sampling.actors import ACTOR_SECTIONS, ActorSpec, ProcessActors, Thr
 from onebox.sampling.channels import ReplayChannel
 from onebox.sampling.inference import CALL_SECTIONS, InferenceServer, OutputSpec, PolicyFn
 from onebox.sampling.policies import SharedWeights, Weights
+from onebox.sampling.server_process import ServerProcess
 
 
 class Learner(Protocol):
@@ -46,9 +47,9 @@ class Learner(Protocol):
     outputs: OutputSpec
     """The policy's outputs besides actions, as actors record them."""
 
-    def update(self, batch: Any, server: InferenceServer) -> dict[str, float]:
+    def update(self, batch: Any, server: InferenceServer | ServerProcess) -> dict[str, float]:
         """One learner step on what the channel's `take` gave; changes the weights inside
-        `server.updating()`. Returns the stats to log."""
+        `server.updating()` (and reads `server.version`). Returns the stats to log."""
         ...
 
     def state_dict(self) -> dict[str, Any]: ...
@@ -106,7 +107,13 @@ class ActorFields:
     learner has published newer weights, every `--sync-every` updates (IMPALA's and Ape-X's
     actors). Default: central; local with `--ray`."""
     sync_every: int = 1
-    """With `--inference local`: learner updates between two publishes of the weights."""
+    """With `--inference local` or `--server-process`: learner updates between two publishes
+    of the weights."""
+    server_process: bool = False
+    """With `--process-actors` and central inference: run the inference server in a process of
+    its own, the actors' processes its children (Sample Factory's policy worker), so that its
+    thread shares no GIL with the learner's; it serves the weights the learner publishes every
+    `--sync-every` updates."""
 
 
 def resolve_actors(config: Any) -> Any:
@@ -133,6 +140,11 @@ def resolve_actors(config: Any) -> Any:
                         config.actors)  # fmt: skip
     if config.inference is None:
         config = dataclasses.replace(config, inference="central" if config.ray is None else "local")
+    if config.server_process and not (config.process_actors and config.inference == "central"):
+        raise ValueError(
+            "--server-process runs the inference server beside process actors: add "
+            "--process-actors (with central inference, the default), or drop --server-process"
+        )
     return config
 
 
@@ -170,15 +182,15 @@ class ServerStats:
     threads does not, and the share reads low there (on this 2-core machine, APPO on Pong: 92%
     with `--torch-threads 1`, 43% with 2)."""
 
-    def __init__(self, server: InferenceServer) -> None:
+    def __init__(self, server: InferenceServer | ServerProcess) -> None:
         self.server = server
         self.last = self._now()
 
     def _now(self) -> tuple[float, ...]:
-        s = self.server
-        wall, cpu = s.split.totals(), s.split.cpu_totals()
-        return (time.perf_counter(), s.calls, s.env_steps, s.requests, s.request_seconds,
-                s.busy_seconds, *(wall[k] for k in CALL_SECTIONS),
+        c = self.server.counters()
+        wall, cpu = c["split"], c["split_cpu"]
+        return (time.perf_counter(), c["calls"], c["env_steps"], c["requests"],
+                c["request_seconds"], c["busy_seconds"], *(wall[k] for k in CALL_SECTIONS),
                 sum(cpu[k] for k in HOST_SECTIONS))  # fmt: skip
 
     def update(self) -> dict[str, float]:
@@ -239,6 +251,9 @@ def actors_note(config: Any) -> str:
     if config.inference == "central":
         how = (f"their actions from the learner's inference server, batched, up to "
                f"{server_batch(config)} envs a call (--inference central)")  # fmt: skip
+        if config.server_process:
+            how += (f", the server in a process of its own serving the weights published every "
+                    f"{config.sync_every} learner update(s) (--server-process)")  # fmt: skip
     else:
         how = (f"each with its own copy of the network (--inference local), reloaded every "
                f"{config.sync_every} learner update(s)")  # fmt: skip
@@ -335,17 +350,23 @@ def _train(
         if refilled:
             offpolicy.note_refill(session.logger, global_step, config)
         n = spec.num_envs
-        server = InferenceServer(learner.policy, obs_space, act_space, server_batch(config),
-                                 config.timeout_ms, device, lstm=spec.lstm,
-                                 max_restarts=config.actor_restarts,
-                                 outputs=learner.outputs,
-                                 pad_batches=getattr(config, "compile", False))  # fmt: skip
-        server.version = updates
         local = parts.local if config.inference == "local" else None
         weights: Weights | SharedWeights | None = None
-        if local is not None:
+        if local is not None or config.server_process:
             make = SharedWeights.create if config.process_actors else Weights
             weights = make(learner.net, updates)
+        options = {"max_batch": server_batch(config), "timeout_ms": config.timeout_ms,
+                   "device": device, "lstm": spec.lstm, "max_restarts": config.actor_restarts,
+                   "outputs": learner.outputs,
+                   "pad_batches": getattr(config, "compile", False)}  # fmt: skip
+        server: InferenceServer | ServerProcess
+        if config.server_process:
+            assert isinstance(weights, SharedWeights)
+            server = ServerProcess(learner.net, learner.policy, weights, obs_space, act_space,
+                                   **options)  # fmt: skip
+        else:
+            server = InferenceServer(learner.policy, obs_space, act_space, **options)
+        server.version = updates
         seeds = [seed0 + a * n for a in range(config.actors)]
         threads: list[ThreadActor] = []
         procs: ProcessActors | None = None
@@ -357,7 +378,6 @@ def _train(
                 )
                 threads.append(ThreadActor(a, spec, infer, channel, seeds[a]))
 
-        server_stats = ServerStats(server)
         actor_stats = ActorStats(lambda: [actor.timing.totals_so_far() for actor in threads]
                                  + (procs.timing() if procs is not None else []))  # fmt: skip
 
@@ -375,8 +395,12 @@ def _train(
             for actor in threads:
                 actor.start()
             if config.process_actors:
-                shared = weights if isinstance(weights, SharedWeights) else None
+                shared = weights if local is not None else None
+                assert shared is None or isinstance(shared, SharedWeights)
                 procs = ProcessActors(config.actors, spec, server, channel, seeds, local, shared)
+                if isinstance(server, ServerProcess):
+                    server.start()
+            server_stats = ServerStats(server)
             if ray_address is not None:
                 from onebox.cluster import actor_hosts, cpu_nodes
 

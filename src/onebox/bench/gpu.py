@@ -9,8 +9,9 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
   out: docs/benchmarks.md, 2026-11-28), PPO with a throughput preset (double-buffered, 128
   envs) in float32 and bf16, and APPO with its Atari preset (4 actors of 8 envs) and with the
   same 128 envs (8 thread actors of 16; 4 of 32; the server waiting up to 1 ms for fuller
-  batches, `--timeout-ms 1`; process actors; the server's policy compiled, `--compile`, with
-  thread actors, then with process actors): SPS, the time split, the inference server's batch,
+  batches, `--timeout-ms 1`; process actors; process actors with the server in a process of
+  its own, `--server-process`; the server's policy compiled, `--compile`, with thread actors,
+  then with process actors): SPS, the time split, the inference server's batch,
   latency and load and its calls' parts, the actors' time split, and
   SPS as a share of the engine alone stepping the same envs with random actions (goal: >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads,
@@ -317,6 +318,8 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
              shape, False, {"timeout_ms": 1.0}),
             ("APPO, throughput, process actors", "appo", None, "float32", shape, False,
              {"process_actors": True}),
+            ("APPO, throughput, process actors, server in its own process", "appo", None,
+             "float32", shape, False, {"process_actors": True, "server_process": True}),
             ("APPO, throughput, compiled", "appo", None, "float32", shape, True, {}),
             ("APPO, throughput, process actors, compiled", "appo", None, "float32", shape, True,
              {"process_actors": True})]  # fmt: skip

@@ -50,6 +50,9 @@ class TrainBenchConfig(AccelFields):
     process_actors: bool = False
     """APPO's actors as processes (`onebox train appo --process-actors`) rather than threads of
     the learner's process."""
+    server_process: bool = False
+    """With `--process-actors`: APPO's inference server in a process of its own (`onebox train
+    appo --server-process`)."""
     env_splits: int = 1
     """APPO's pools per actor, stepped in turn (`onebox train appo --env-splits`)."""
     timeout_ms: float | None = None
@@ -112,6 +115,7 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
         base: Any = appo.Config(env=config.env, total_steps=1, actors=config.actors,
                                 envs_per_actor=config.envs_per_actor,
                                 process_actors=config.process_actors,
+                                server_process=config.server_process,
                                 env_splits=config.env_splits)  # fmt: skip
         fields: dict[str, Any] = {"timeout_ms": config.timeout_ms}
     else:

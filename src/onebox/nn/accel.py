@@ -281,6 +281,11 @@ class FastPolicy:
         # an ActorCritic's forward, compiled if asked; other policies (PQN's) act as they are
         self._outputs = accel.compiled(net.outputs) if hasattr(net, "outputs") else None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its net and choices, compiled again where it is loaded (a compiled
+        function does not pickle): an inference server in its own process serves a copy."""
+        return (FastPolicy, (self.net, self.accel))
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         with self.accel.autocast():

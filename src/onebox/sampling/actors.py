@@ -54,6 +54,7 @@ from onebox.sampling.inference import InferenceServer
 from onebox.sampling.policies import SharedWeights
 from onebox.sampling.rollout import Rollout
 from onebox.sampling.sampler import EpisodeTracker
+from onebox.sampling.server_process import ServerProcess
 
 InferFn = Callable[[np.ndarray, np.ndarray, np.ndarray], InferResult]
 """(env ids, observations, starts) -> the actions of those envs; `starts[i]`: obs i begins an
@@ -466,7 +467,7 @@ class ProcessActors:
         self,
         count: int,
         spec: ActorSpec,
-        server: InferenceServer,
+        server: InferenceServer | ServerProcess,
         channel: Any,
         seeds: list[int],
         local: Callable[[int, Any], Any] | None = None,

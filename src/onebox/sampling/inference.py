@@ -139,6 +139,10 @@ class InferenceServer:
             1 to `max_batch`. Feed-forward policies only.
         max_restarts: how often one process actor may be restarted after dying.
         context: multiprocessing start method for process actors (see `onebox.supervisor`).
+        refresh: called at each policy call, in the server thread, before the policy, with the
+            weights' lock held: `refresh(version)` brings the policy's weights up to date (a
+            server in another process than its learner reloads what the learner published)
+            and returns their version, which becomes `version`.
     """
 
     def __init__(
@@ -155,6 +159,7 @@ class InferenceServer:
         *,
         outputs: OutputSpec | None = None,
         pad_batches: bool = False,
+        refresh: Callable[[int], int] | None = None,
     ) -> None:
         if not isinstance(obs_space, spaces.Box):
             raise TypeError(f"the inference server takes Box observations, got {obs_space}")
@@ -176,7 +181,7 @@ class InferenceServer:
             np.zeros((max_batch, *obs_space.shape), obs_space.dtype) if pad_batches else None
         )
         """`pad_batches`' rows of zeros, or None."""
-        self.policy_fn = policy_fn
+        self.policy_fn, self.refresh = policy_fn, refresh
         self.outputs: OutputSpec = {
             k: (tuple(shape), np.dtype(dtype)) for k, (shape, dtype) in (outputs or {}).items()
         }
@@ -276,6 +281,14 @@ class InferenceServer:
         with self._inbox_lock:
             self._resets.add(int(actor_id))
         os.write(self._wake_w, b"\0")
+
+    def counters(self) -> dict[str, Any]:
+        """The counters a learner charts (`calls`, `env_steps`, `requests`, `request_seconds`,
+        `busy_seconds`), and the calls' parts (`split`: wall seconds, `split_cpu`: the server
+        thread's CPU seconds, by `CALL_SECTIONS`)."""
+        return {"calls": self.calls, "env_steps": self.env_steps, "requests": self.requests,
+                "request_seconds": self.request_seconds, "busy_seconds": self.busy_seconds,
+                "split": self.split.totals(), "split_cpu": self.split.cpu_totals()}  # fmt: skip
 
     @contextlib.contextmanager
     def updating(self) -> Iterator[None]:
@@ -481,6 +494,8 @@ class InferenceServer:
             rows, state0 = self._states_before(batch) if self.lstm is not None else (None, {})
         try:
             with split("policy"), self._weights:
+                if self.refresh is not None:
+                    self.version = self.refresh(self.version)
                 version = self.version
                 if rows is None:
                     out, state1 = self.policy_fn(x, actor_ids, env_ids), None

@@ -1,0 +1,221 @@
+"""The inference server in a process of its own (Sample Factory's policy worker).
+
+In the learner's process the server thread shares one GIL with the learner's thread and the
+unroll collector: every torch call the server makes releases the GIL and then waits to take it
+back, so its policy calls stretch when the learner's Python runs. `ServerProcess` runs the same
+`InferenceServer` in a child process instead, and the process actors as that process's children,
+talking to it through their shared-memory slots as before; nothing in the learner's process
+serves requests.
+
+- The policy: the learner's network and policy function, pickled together at the start (the
+  network lands on the same device in the child), so the child serves the same function of the
+  same weights. The learner publishes its weights into shared memory (`SharedWeights`, every
+  `--sync-every` updates); at each policy call the server loads them if their version moved
+  (`InferenceServer(refresh=...)`) and answers with that version, so the policy lag the learner
+  logs includes the wait for the next publish.
+- The actors: their spawn arguments (their unroll rings, whose semaphores a process can only
+  hand to the processes it starts) go to the child when it starts, so every `spawn` comes
+  before `start`. The child's server restarts a crashed actor as it would in the learner's
+  process, up to `max_restarts`.
+- The learner's side asks the child, through a command pipe, for the server's counters (for
+  the charts), each actor's failure and restarts, and to close. A child that dies (it is never
+  restarted) makes the next question raise with how it ended and its last words; a learner that
+  dies leaves the child an end of file, on which it closes its server and actors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import cloudpickle
+import torch
+from gymnasium import spaces
+
+from onebox.sampling.inference import InferenceServer
+from onebox.sampling.policies import SharedWeights
+from onebox.supervisor import FROM_WORKER, TO_WORKER, Supervisor, Worker
+
+
+def _serve(payload: bytes, spaces_: tuple[Any, Any], options: dict[str, Any],
+           weights: tuple[Any, str], actors: list[tuple[int, bytes, int, tuple]],
+           torch_threads: int, tf32: bool, commands: Any, replies: Any) -> None:  # fmt: skip
+    """The server process: the policy, reloaded from `weights` when the learner publishes, an
+    `InferenceServer` with the process actors, then the learner's commands until "close" or
+    an end of file."""
+    torch.set_num_threads(torch_threads)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    net, policy = cloudpickle.loads(payload)
+    shared = SharedWeights(*weights)
+
+    def refresh(version: int) -> int:
+        if int(shared.a["version"][0]) == version:
+            return version
+        latest, state = shared.latest
+        net.load_state_dict(state)
+        return latest
+
+    server = InferenceServer(policy, *spaces_, **options, refresh=refresh)
+    try:
+        for actor_id, target, num_envs, args in actors:
+            server.spawn(actor_id, cloudpickle.loads(target), num_envs, args)
+        replies.send(("ready", None))
+        answers: dict[str, Callable[..., Any]] = {
+            "counters": server.counters,
+            "status": lambda: [(server.failure(a), server.restarts(a)) for a, *_ in actors],
+            "pid": server.pid,
+        }
+        while True:
+            try:
+                name, args = commands.recv()
+            except EOFError:  # the learner is gone
+                break
+            if name == "close":
+                break
+            try:
+                replies.send(("ok", answers[name](*args)))
+            except Exception as e:  # the learner raises it
+                replies.send(("error", f"{type(e).__name__}: {e}"))
+    finally:
+        server.close()
+        shared.close()
+
+
+class ServerProcess:
+    """An `InferenceServer` for process actors, run in a process of its own (see the module
+    docstring); the learner's side of it, with the server's interface as the actor-learner loop
+    and `ProcessActors` use it: `spawn` (before `start`), `updating`, `version`, `counters`,
+    `failure`, `restarts`, `pid`, `close`.
+
+    Args:
+        net: the learner's network, whose weights `policy_fn` reads.
+        policy_fn: the policy (see `onebox.sampling.inference.PolicyFn`), a function of `net`;
+            it and `net` are pickled together (cloudpickle), so it must not hold what cannot
+            be (an open file, a lock).
+        weights: where the learner publishes `net`'s weights (the loop does, every
+            `--sync-every` updates, with `version`).
+        obs_space, act_space, outputs, max_batch, timeout_ms, device, lstm, pad_batches,
+        max_restarts: as for `InferenceServer`.
+        context: the start method of the server's process (and of its actors' processes).
+    """
+
+    def __init__(
+        self,
+        net: torch.nn.Module,
+        policy_fn: Any,
+        weights: SharedWeights,
+        obs_space: spaces.Space,
+        act_space: spaces.Space,
+        *,
+        context: str = "forkserver",
+        **options: Any,
+    ) -> None:
+        self.obs_space, self.act_space = obs_space, act_space
+        self.version = 0
+        """The learner's weight updates (as `InferenceServer.version`); a published version."""
+        self._payload = cloudpickle.dumps((net, policy_fn))
+        self._options = {**options, "context": context}
+        self._weights = (weights.block.layout, weights.block.name)
+        self._actors: list[tuple[int, bytes, int, tuple]] = []
+        """(actor id, its cloudpickled target, envs, arguments) of each `spawn`."""
+        self._sup = Supervisor(
+            context,
+            _serve,
+            pipes=(TO_WORKER, FROM_WORKER),
+            name="onebox-inference",
+            max_restarts=0,
+            daemon=False,
+        )  # fmt: skip  (it starts the actors)
+        self._worker: Worker | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def context(self) -> Any:
+        """The multiprocessing context of the server's process: the actors' semaphores must
+        come from it."""
+        return self._sup.ctx
+
+    def spawn(
+        self, actor_id: int, target: Callable[..., Any], num_envs: int, args: tuple = ()
+    ) -> None:
+        """A process actor the server's process will start (see `InferenceServer.spawn`)."""
+        if self._worker is not None:
+            raise RuntimeError("spawn every process actor before ServerProcess.start()")
+        if any(a == actor_id for a, *_ in self._actors):
+            raise ValueError(f"actor {actor_id} already has a process")
+        if not callable(target):
+            raise TypeError(f"target must be callable, got {target!r}")
+        self._actors.append((int(actor_id), cloudpickle.dumps(target), int(num_envs), args))
+
+    def start(self) -> None:
+        """Start the server's process (and through it the actors); return once it serves."""
+        if self._worker is not None:
+            raise RuntimeError("the server process has started already")
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        self._worker = self._sup.add(Worker(0), self._payload, (self.obs_space, self.act_space),
+                                     self._options, self._weights, self._actors,
+                                     torch.get_num_threads(), tf32)  # fmt: skip
+        self._reply()
+
+    @contextlib.contextmanager
+    def updating(self) -> Iterator[None]:
+        """The learner changes the weights (the server reads them once published); then bump
+        `version`."""
+        yield
+        self.version += 1
+
+    def counters(self) -> dict[str, Any]:
+        """The server's counters (see `InferenceServer.counters`)."""
+        return self._ask("counters")
+
+    def failure(self, actor_id: int) -> str | None:
+        """Why process actor `actor_id` is gone for good, or None."""
+        return self._ask("status")[self._index(actor_id)][0]
+
+    def restarts(self, actor_id: int) -> int:
+        """How often process actor `actor_id` was restarted."""
+        return self._ask("status")[self._index(actor_id)][1]
+
+    def pid(self, actor_id: int) -> int:
+        """The pid of process actor `actor_id`'s current process."""
+        return self._ask("pid", actor_id)
+
+    @property
+    def server_pid(self) -> int | None:
+        """The pid of the server's process (None before `start`)."""
+        return None if self._worker is None else self._worker.pid
+
+    def close(self) -> None:
+        """Stop the server's process, which stops its actors; safe to call twice."""
+        if self._worker is not None and self._worker.running:
+            with contextlib.suppress(OSError, ValueError):
+                self._worker.conns[0].send(("close", ()))
+        self._sup.shutdown(timeout=10)
+
+    def _index(self, actor_id: int) -> int:
+        for k, (a, *_) in enumerate(self._actors):
+            if a == actor_id:
+                return k
+        raise KeyError(f"no process actor {actor_id}")
+
+    def _ask(self, name: str, *args: Any) -> Any:
+        if self._worker is None:
+            raise RuntimeError("the server process has not started: call start() first")
+        with self._lock:
+            with contextlib.suppress(OSError, ValueError):  # it died: `_reply` says how
+                self._worker.conns[0].send((name, args))
+            return self._reply()
+
+    def _reply(self) -> Any:
+        assert self._worker is not None
+        conn = self._worker.conns[1]
+        if self._sup.readable(self._worker, conn):
+            with contextlib.suppress(EOFError, OSError):
+                status, value = conn.recv()
+                if status == "error":
+                    raise RuntimeError(f"the inference server process: {value}")
+                return value
+        ended = self._sup.reap(self._worker)
+        raise RuntimeError(f"the inference server process {ended.describe()}")

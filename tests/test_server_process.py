@@ -1,0 +1,155 @@
+"""The inference server in a process of its own: its actors get the learner's policy and, once
+published, the learner's new weights; a killed actor is restarted there; a dead server process
+is reported with how it ended, its actors go with it; APPO runs and resumes with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from learning import descendants, metric, refused, start_until_checkpoint
+from onebox import cli, run
+from onebox.sampling.actor_client import ActorClient
+from onebox.sampling.policies import SharedWeights
+from onebox.sampling.server_process import ServerProcess
+
+OBS = spaces.Box(-1e6, 1e6, (3,), np.float32)
+ACT = spaces.Discrete(1_000_000)
+
+
+def reporting_actor(client: ActorClient, seen: object, until: int) -> None:
+    """Ask for actions until the weights' version reaches `until`, putting each new (version,
+    actions) on the queue `seen`."""
+    ids, obs, last = np.arange(2), np.ones((2, 3), np.float32), None
+    while True:
+        r = client.infer(obs, ids)
+        now = (r.version, r.actions.tolist())
+        if now != last:
+            seen.put(now)  # type: ignore[attr-defined]
+            last = now
+        if r.version >= until:
+            return
+        time.sleep(0.01)
+
+
+def linear_server(bias: float) -> tuple[ServerProcess, torch.nn.Linear, SharedWeights]:
+    """A server process whose policy's action is its network's output, `bias` at first."""
+    net = torch.nn.Linear(3, 1)
+    with torch.no_grad():
+        net.weight.zero_()
+        net.bias.fill_(bias)
+
+    def policy(obs: torch.Tensor, actor_ids, env_ids) -> dict[str, torch.Tensor]:
+        return {"actions": net(obs)[:, 0].round().long()}
+
+    weights = SharedWeights.create(net, 0)
+    return ServerProcess(net, policy, weights, OBS, ACT, max_batch=8), net, weights
+
+
+def gone(pid: int, within: float = 20.0) -> bool:
+    """Whether process `pid` has ended (or is a zombie) within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ")[1][0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_actors_get_the_learners_policy_then_its_published_weights() -> None:
+    server, net, weights = linear_server(2.0)
+    try:
+        seen = server.context.Queue()
+        server.spawn(0, reporting_actor, 2, (seen, 1))
+        with pytest.raises(ValueError, match="already has a process"):
+            server.spawn(0, reporting_actor, 2, (seen, 1))
+        server.start()
+        with pytest.raises(RuntimeError, match=r"before ServerProcess\.start"):
+            server.spawn(1, reporting_actor, 2, (seen, 1))
+        assert seen.get(timeout=60) == (0, [2, 2])
+        with server.updating(), torch.no_grad():
+            net.bias.fill_(5.0)
+        assert server.version == 1
+        weights.publish(net, server.version)
+        assert seen.get(timeout=60) == (1, [5, 5])
+        counters = server.counters()
+        assert counters["calls"] >= 2 and counters["env_steps"] == 2 * counters["calls"]
+        assert server.failure(0) is None and server.restarts(0) == 0
+    finally:
+        server.close()
+        weights.close(unlink=True)
+
+
+def test_a_killed_actor_is_restarted_and_a_killed_server_is_reported() -> None:
+    server, _, weights = linear_server(3.0)
+    try:
+        seen = server.context.Queue()
+        server.spawn(0, reporting_actor, 2, (seen, 10**9))
+        server.start()
+        assert seen.get(timeout=60) == (0, [3, 3])
+        first = server.pid(0)
+        os.kill(first, signal.SIGKILL)
+        assert seen.get(timeout=60) == (0, [3, 3])  # its next life reports afresh
+        assert server.restarts(0) == 1 and server.pid(0) != first
+        actor = server.pid(0)
+        assert server.server_pid is not None
+        os.kill(server.server_pid, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match="inference server process killed by signal SIGKILL"):
+            server.counters()
+        assert gone(actor)  # its actors end with it (their pipes close)
+    finally:
+        server.close()
+        weights.close(unlink=True)
+
+
+def test_a_killed_appo_run_leaves_no_process_and_resumes_with_its_server_process(
+    tmp_path: Path,
+) -> None:
+    proc, run_dir = start_until_checkpoint(
+        tmp_path,
+        "train",
+        "appo",
+        "--env",
+        "CartPole-v1",
+        "--actors",
+        "2",
+        "--envs-per-actor",
+        "4",
+        "--process-actors",
+        "--server-process",
+        "--total-steps",
+        "4000",
+    )
+    time.sleep(0.5)
+    # The server process and, below it, the two actors (each process's forkserver between).
+    below = descendants(proc.pid)
+    assert sorted(below.values()).count(4) == 2, below
+    proc.kill()
+    proc.wait()
+    assert all(gone(pid) for pid in below), "processes outlived the killed learner"
+    log = (run_dir / "log.txt").read_text()
+    assert "the server in a process of its own" in log
+    saved = run.load_checkpoint(run_dir)["global_step"]
+    assert 0 < saved < 4000
+    assert cli.main(["train", "--resume", str(run_dir)]) == 0
+    assert run.load_checkpoint(run_dir)["global_step"] == 4000
+    tags = {
+        tag for tag in ("charts/inference_on_core", "charts/policy_lag") if metric(run_dir, tag)
+    }
+    assert tags == {"charts/inference_on_core", "charts/policy_lag"}
+
+
+def test_server_process_needs_process_actors(tmp_path: Path, capsys) -> None:
+    err = refused(tmp_path, capsys, "appo", "--env", "CartPole-v1", "--server-process")
+    assert "--server-process runs the inference server beside process actors" in err
