@@ -329,6 +329,25 @@ def test_cuda_appo_with_a_compiled_server_completes(tmp_path: Path) -> None:
     assert run.load_checkpoint(tmp_path / "c")["global_step"] > 0
 
 
+@cuda
+@needs_cuda
+@pytest.mark.parametrize("compiled", [False, True])
+def test_cuda_appo_with_its_server_in_a_process_of_its_own_completes(
+    tmp_path: Path, compiled: bool
+) -> None:
+    # The learner's network and policy (compiled again there) pickled onto the same GPU in the
+    # server's process, which reloads the weights the learner publishes.
+    args = ["train", "appo", *LEARNERS["appo"], "--device", "cuda", "--process-actors",
+            "--server-process", "--runs-dir", str(tmp_path), "--name", "s",
+            *(["--compile"] if compiled else [])]  # fmt: skip
+    assert cli.main(args) == 0
+    run_dir = tmp_path / "s"
+    assert run.load_checkpoint(run_dir)["global_step"] > 0
+    lags = [float(line.rsplit(",", 1)[1]) for line in (run_dir / "metrics.csv").open()
+            if ",charts/policy_lag," in line]  # fmt: skip
+    assert lags and min(lags) >= 0
+
+
 @pytest.mark.skipif(
     (os.cpu_count() or 1) < 2 or not Path("/proc/self/task").is_dir(),
     reason="needs 2 cores (MKL's default team) and Linux's /proc",

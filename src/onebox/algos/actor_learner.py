@@ -253,7 +253,8 @@ def actors_note(config: Any) -> str:
                f"{server_batch(config)} envs a call (--inference central)")  # fmt: skip
         if config.server_process:
             how += (f", the server in a process of its own serving the weights published every "
-                    f"{config.sync_every} learner update(s) (--server-process)")  # fmt: skip
+                    f"{config.sync_every} learner update(s) (--server-process; on a CPU device "
+                    f"with 1 torch thread, the rest the learner's)")  # fmt: skip
     else:
         how = (f"each with its own copy of the network (--inference local), reloaded every "
                f"{config.sync_every} learner update(s)")  # fmt: skip

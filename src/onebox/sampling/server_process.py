@@ -156,8 +156,17 @@ class ServerProcess:
         tf32 = torch.backends.cuda.matmul.allow_tf32
         self._worker = self._sup.add(Worker(0), self._payload, (self.obs_space, self.act_space),
                                      self._options, self._weights, self._actors,
-                                     torch.get_num_threads(), tf32)  # fmt: skip
+                                     self.torch_threads, tf32)  # fmt: skip
         self._reply()
+
+    @property
+    def torch_threads(self) -> int:
+        """The server process's torch threads: the learner's on a GPU (where they only launch
+        work); 1 on the CPU, where its forward passes and the learner's compute at once (on 2
+        cores, two teams of 2 threads halved APPO's rate on Pong; one thread each matched the
+        server in the learner's process, docs/benchmarks.md)."""
+        device = torch.device(self._options.get("device", "cpu"))
+        return torch.get_num_threads() if device.type == "cuda" else 1
 
     @contextlib.contextmanager
     def updating(self) -> Iterator[None]:
