@@ -4,6 +4,7 @@ is reported with how it ended, its actors go with it; APPO runs and resumes with
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -24,19 +25,35 @@ OBS = spaces.Box(-1e6, 1e6, (3,), np.float32)
 ACT = spaces.Discrete(1_000_000)
 
 
-def reporting_actor(client: ActorClient, seen: object, until: int) -> None:
-    """Ask for actions until the weights' version reaches `until`, putting each new (version,
-    actions) on the queue `seen`."""
+def reporting_actor(client: ActorClient, report: str, until: int) -> None:
+    """Ask for actions until the weights' version reaches `until`, appending each new (pid,
+    version, actions) to the file `report` as a line (an append of one short line is atomic: a
+    reader never sees half of one, and a killed actor holds no lock that its next life needs)."""
     ids, obs, last = np.arange(2), np.ones((2, 3), np.float32), None
+    fd = os.open(report, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        while True:
+            r = client.infer(obs, ids)
+            now = (r.version, r.actions.tolist())
+            if now != last:
+                os.write(fd, json.dumps([os.getpid(), *now]).encode() + b"\n")
+                last = now
+            if r.version >= until:
+                return
+            time.sleep(0.01)
+    finally:
+        os.close(fd)
+
+
+def reported(report: Path, count: int) -> list[list]:
+    """The first `count` lines of `report` (waiting up to a minute for them)."""
+    deadline = time.monotonic() + 60
     while True:
-        r = client.infer(obs, ids)
-        now = (r.version, r.actions.tolist())
-        if now != last:
-            seen.put(now)  # type: ignore[attr-defined]
-            last = now
-        if r.version >= until:
-            return
-        time.sleep(0.01)
+        lines = report.read_text().splitlines() if report.exists() else []
+        if len(lines) >= count:
+            return [json.loads(line) for line in lines[:count]]
+        assert time.monotonic() < deadline, f"{len(lines)} of {count} reports: {lines}"
+        time.sleep(0.02)
 
 
 def linear_server(bias: float) -> tuple[ServerProcess, torch.nn.Linear, SharedWeights]:
@@ -67,22 +84,22 @@ def gone(pid: int, within: float = 20.0) -> bool:
     return False
 
 
-def test_actors_get_the_learners_policy_then_its_published_weights() -> None:
+def test_actors_get_the_learners_policy_then_its_published_weights(tmp_path: Path) -> None:
     server, net, weights = linear_server(2.0)
+    report = tmp_path / "report"
     try:
-        seen = server.context.Queue()
-        server.spawn(0, reporting_actor, 2, (seen, 1))
+        server.spawn(0, reporting_actor, 2, (str(report), 1))
         with pytest.raises(ValueError, match="already has a process"):
-            server.spawn(0, reporting_actor, 2, (seen, 1))
+            server.spawn(0, reporting_actor, 2, (str(report), 1))
         server.start()
         with pytest.raises(RuntimeError, match=r"before ServerProcess\.start"):
-            server.spawn(1, reporting_actor, 2, (seen, 1))
-        assert seen.get(timeout=60) == (0, [2, 2])
+            server.spawn(1, reporting_actor, 2, (str(report), 1))
+        assert reported(report, 1)[0][1:] == [0, [2, 2]]
         with server.updating(), torch.no_grad():
             net.bias.fill_(5.0)
         assert server.version == 1
         weights.publish(net, server.version)
-        assert seen.get(timeout=60) == (1, [5, 5])
+        assert reported(report, 2)[1][1:] == [1, [5, 5]]
         counters = server.counters()
         assert counters["calls"] >= 2 and counters["env_steps"] == 2 * counters["calls"]
         assert server.failure(0) is None and server.restarts(0) == 0
@@ -91,23 +108,23 @@ def test_actors_get_the_learners_policy_then_its_published_weights() -> None:
         weights.close(unlink=True)
 
 
-def test_a_killed_actor_is_restarted_and_a_killed_server_is_reported() -> None:
+def test_a_killed_actor_is_restarted_and_a_killed_server_is_reported(tmp_path: Path) -> None:
     server, _, weights = linear_server(3.0)
+    report = tmp_path / "report"
     try:
-        seen = server.context.Queue()
-        server.spawn(0, reporting_actor, 2, (seen, 10**9))
+        server.spawn(0, reporting_actor, 2, (str(report), 10**9))
         server.start()
-        assert seen.get(timeout=60) == (0, [3, 3])
         first = server.pid(0)
+        assert reported(report, 1)[0] == [first, 0, [3, 3]]
         os.kill(first, signal.SIGKILL)
-        assert seen.get(timeout=60) == (0, [3, 3])  # its next life reports afresh
-        assert server.restarts(0) == 1 and server.pid(0) != first
-        actor = server.pid(0)
+        second = reported(report, 2)[1]  # its next life reports afresh
+        assert second[0] != first and second[1:] == [0, [3, 3]]
+        assert server.restarts(0) == 1 and server.pid(0) == second[0]
         assert server.server_pid is not None
         os.kill(server.server_pid, signal.SIGKILL)
         with pytest.raises(RuntimeError, match="inference server process killed by signal SIGKILL"):
             server.counters()
-        assert gone(actor)  # its actors end with it (their pipes close)
+        assert gone(second[0])  # its actors end with it (their pipes close)
     finally:
         server.close()
         weights.close(unlink=True)
