@@ -167,6 +167,33 @@ def test_a_killed_appo_run_leaves_no_process_and_resumes_with_its_server_process
     assert tags == {"charts/inference_on_core", "charts/policy_lag"}
 
 
+def test_a_run_whose_server_process_dies_stops_and_says_why(tmp_path: Path) -> None:
+    proc, run_dir = start_until_checkpoint(
+        tmp_path,
+        "train",
+        "appo",
+        "--env",
+        "CartPole-v1",
+        "--actors",
+        "2",
+        "--envs-per-actor",
+        "4",
+        "--process-actors",
+        "--server-process",
+        "--total-steps",
+        "10000000",
+    )
+    below = descendants(proc.pid)
+    servers = [pid for pid, depth in below.items() if depth == 2]
+    assert len(servers) == 1, below
+    os.kill(servers[0], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode not in (0, None)
+    assert "the inference server process killed by signal SIGKILL" in out
+    assert all(gone(pid) for pid in below)
+    assert run.load_checkpoint(run_dir)["global_step"] > 0
+
+
 def test_server_process_needs_process_actors(tmp_path: Path, capsys) -> None:
     err = refused(tmp_path, capsys, "appo", "--env", "CartPole-v1", "--server-process")
     assert "--server-process runs the inference server beside process actors" in err
