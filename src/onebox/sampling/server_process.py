@@ -120,14 +120,9 @@ class ServerProcess:
         self._weights = (weights.block.layout, weights.block.name)
         self._actors: list[tuple[int, bytes, int, tuple]] = []
         """(actor id, its cloudpickled target, envs, arguments) of each `spawn`."""
-        self._sup = Supervisor(
-            context,
-            _serve,
-            pipes=(TO_WORKER, FROM_WORKER),
-            name="onebox-inference",
-            max_restarts=0,
-            daemon=False,
-        )  # fmt: skip  (it starts the actors)
+        # Not restarted (its death ends the run); not daemonic: it starts the actors.
+        self._sup = Supervisor(context, _serve, pipes=(TO_WORKER, FROM_WORKER),
+                               name="onebox-inference", max_restarts=0, daemon=False)  # fmt: skip
         self._worker: Worker | None = None
         self._lock = threading.Lock()
 
