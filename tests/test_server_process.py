@@ -15,7 +15,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from learning import descendants, metric, refused, start_until_checkpoint
+from learning import best_window, descendants, metric, refused, start_until_checkpoint
 from onebox import cli, run
 from onebox.sampling.actor_client import ActorClient
 from onebox.sampling.policies import SharedWeights
@@ -192,6 +192,16 @@ def test_a_run_whose_server_process_dies_stops_and_says_why(tmp_path: Path) -> N
     assert "the inference server process killed by signal SIGKILL" in out
     assert all(gone(pid) for pid in below)
     assert run.load_checkpoint(run_dir)["global_step"] > 0
+
+
+@pytest.mark.slow  # about 40 s on a 2-core machine
+def test_appo_learns_cartpole_with_its_server_in_a_process_of_its_own(tmp_path: Path) -> None:
+    # As APPO's in-process CartPole test asks (random play: ~22); seeds 1 and 2 reached 500.
+    assert cli.main(["train", "appo", "--env", "CartPole-v1", "--total-steps", "60000",
+                     "--process-actors", "--server-process", "--runs-dir", str(tmp_path),
+                     "--name", "run"]) == 0  # fmt: skip
+    assert best_window(tmp_path / "run") >= 475
+    assert min(v for _, v in metric(tmp_path / "run", "charts/policy_lag")) >= 0
 
 
 def test_server_process_needs_process_actors(tmp_path: Path, capsys) -> None:
