@@ -16,8 +16,9 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
   SPS as a share of the engine alone stepping the same envs with random actions (goal: >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads,
   the rows most wanted first: float32 with a seeded reset per env per evaluation
-  (`--episode-seeds env`) and two, three and four slot groups of 125, their pools stepped in
-  turn (`--pool-turns`; two groups also at once), then with a seeded reset per episode, then
+  (`--episode-seeds env`): two slot groups of 125, their pools stepped in turn
+  (`--pool-turns`) and at once, two of 250 in turn, three and four of 125 in turn; then with a
+  seeded reset per episode, then
   bfloat16: population frames/s against the same pools stepped with random actions (goal:
   >= 90%) and against one group's pool alone, the evaluator's time split and the time with 0,
   1, 2, ... pools in flight.
@@ -427,17 +428,22 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         calls.append([dtype, *(f"{v:.2f} ms" if v is not None else "failed" for v in ms.values()),
                       auto])  # fmt: skip
     rows, skipped, params = [], [], 0
-    # Groups of `group` slots each, two to four of them, their pools stepped in turn or at once.
-    # The rows most wanted first: a row takes about 70 s, and those past the deadline are left.
-    for dtype, seeds, groups, turns in (("float32", "env", 2, True), ("float32", "env", 3, True),
-                                        ("float32", "env", 2, False), ("float32", "env", 4, True),
-                                        ("float32", "pair", 2, True),
-                                        ("bfloat16", "env", 2, True)):  # fmt: skip
-        label = f"{dtype}, {seeds} seeds, {groups} groups, {'in turn' if turns else 'at once'}"
+    # Two to four groups of `group` slots each (or of twice as many, whose pools' steps are
+    # longer beside the same per-step costs), their pools stepped in turn or at once. The rows
+    # most wanted first: a row takes about 70 s, and those past the deadline are left.
+    for dtype, seeds, groups, turns, size_ in (("float32", "env", 2, True, group),
+                                               ("float32", "env", 2, False, group),
+                                               ("float32", "env", 2, True, 2 * group),
+                                               ("float32", "env", 3, True, group),
+                                               ("float32", "env", 4, True, group),
+                                               ("float32", "pair", 2, True, group),
+                                               ("bfloat16", "env", 2, True, group)):  # fmt: skip
+        label = (f"{dtype}, {seeds} seeds, {groups} groups of {size_}, "
+                 f"{'in turn' if turns else 'at once'}")  # fmt: skip
         if (rows or failures) and _out_of_time(config, 80):
             skipped.append(label)
             continue
-        slots = group * groups
+        slots = size_ * groups
         bench = evolve.resolve(evolve.EvolveBenchConfig(
             env=ENV, population=size["population"], num_slots=(slots,),
             max_episode_steps=size["episode_cap"], slot_groups=groups, num_threads=threads,
@@ -448,7 +454,7 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         if r is None:
             continue
         params, share = r.params, r.frames / r.env_only
-        rows.append([dtype, seeds, f"{groups} of {group}", "in turn" if turns else "at once",
+        rows.append([dtype, seeds, f"{groups} of {size_}", "in turn" if turns else "at once",
                      common.format_rate(r.frames), common.format_rate(r.env_only),
                      common.format_rate(r.one_pool),
                      f"{100 * share:.0f}%", f"{100 * r.split.get('inference', 0.0):.0f}%",
@@ -463,7 +469,8 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
     return "\n".join([
         f"## Evolution: {size['population']:,} Nature CNNs on {ENV}", "",
         f"`onebox bench evolve`: slot groups of {group} slots (two, three or four: "
-        "`--slot-groups`, more pools in flight with network batches as large), each with its own "
+        "`--slot-groups`, more pools in flight with network batches as large; or two of "
+        f"{2 * group}: longer pool steps), each with its own "
         f"engine pool of {threads} threads, the pools stepped in turn (one at a time, with "
         "every core, while the other groups run their networks: `--pool-turns`, the default "
         "on a GPU) or at once, sharing the cores; each env step its own individual's network "
