@@ -54,7 +54,9 @@ def test_rows_past_the_deadline_are_reported_not_run(tmp_path: Path) -> None:
     section = (out / "report.md").read_text().split("## Evolution", 1)[1]
     rows = [line for line in section.splitlines() if line.startswith("| float32 | env | 2 of")]
     assert len(rows) == 1
-    assert "Not run, the deadline being near: float32, env seeds, 3 groups, in turn;" in section
+    assert (
+        "Not run, the deadline being near: float32, env seeds, 2 groups of 2, at once;" in section
+    )
 
 
 def test_a_row_that_raises_costs_only_that_row(tmp_path: Path, monkeypatch) -> None:
@@ -71,13 +73,14 @@ def test_a_row_that_raises_costs_only_that_row(tmp_path: Path, monkeypatch) -> N
 
     monkeypatch.setattr(evolve, "population_rate", flaky)
     out = tmp_path / "report"
-    deadline = str(time.time() + 200)  # room for the first three rows, the most wanted
+    deadline = str(time.time() + 200)  # room for the first four rows, the most wanted
     assert cli.main(["bench", "gpu", "--tiny", "--device", "cpu", "--out", str(out),
                      "--env-threads", "1", "--parts", "evolve", "--deadline", deadline]) == 1  # fmt: skip
     section = (out / "report.md").read_text().split("## Evolution", 1)[1]
-    assert "**Failed: float32, env seeds, 3 groups, in turn**" in section
+    assert "**Failed: float32, env seeds, 3 groups of 2, in turn**" in section
     assert "RuntimeError: a row that breaks" in section
     rows = [line for line in section.splitlines() if line.startswith("| float32 | env |")]
-    assert [row.split(" | ")[2:4] for row in rows][:2] == [["2 of 2", "in turn"],
-                                                           ["2 of 2", "at once"]]  # fmt: skip
+    assert [row.split(" | ")[2:4] for row in rows][:3] == [["2 of 2", "in turn"],
+                                                           ["2 of 2", "at once"],
+                                                           ["2 of 4", "in turn"]]  # fmt: skip
     assert all(row.split(" | ")[6] != "-" for row in rows)  # one pool alone, measured too
