@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -105,6 +106,21 @@ def test_actors_get_the_learners_policy_then_its_published_weights(tmp_path: Pat
         assert server.failure(0) is None and server.restarts(0) == 0
     finally:
         server.close()
+        weights.close(unlink=True)
+
+
+def test_a_policy_that_does_not_pickle_is_refused_with_what_to_do() -> None:
+    net, lock = torch.nn.Linear(3, 1), threading.Lock()
+
+    def policy(obs: torch.Tensor, actor_ids, env_ids) -> dict[str, torch.Tensor]:
+        with lock:
+            return {"actions": net(obs)[:, 0].long()}
+
+    weights = SharedWeights.create(net, 0)
+    try:
+        with pytest.raises(TypeError, match="not over a lock, a file or the learner"):
+            ServerProcess(net, policy, weights, OBS, ACT)
+    finally:
         weights.close(unlink=True)
 
 

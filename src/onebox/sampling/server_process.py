@@ -115,7 +115,15 @@ class ServerProcess:
         self.obs_space, self.act_space = obs_space, act_space
         self.version = 0
         """The learner's weight updates (as `InferenceServer.version`); a published version."""
-        self._payload = cloudpickle.dumps((net, policy_fn))
+        try:
+            self._payload = cloudpickle.dumps((net, policy_fn))
+        except Exception as e:
+            raise TypeError(
+                f"the inference server's process needs the learner's network and policy, "
+                f"pickled, and they do not pickle ({type(e).__name__}: {e}): let the policy "
+                f"close over the network and what it acts with, not over a lock, a file or the "
+                f"learner; or drop --server-process"
+            ) from e
         self._options = {**options, "context": context}
         self._weights = (weights.block.layout, weights.block.name)
         self._actors: list[tuple[int, bytes, int, tuple]] = []
