@@ -213,9 +213,9 @@ class SlotPlayer:
             with g.timing("env"):
                 result = g.pool.recv()
         finally:
+            self._flight.stop()  # first: the next group's send counts after this pool is back
             if self._turn is not None:
                 self._turn.release()
-        self._flight.stop()
         return result
 
     @contextlib.contextmanager
