@@ -331,21 +331,24 @@ def test_cuda_appo_with_a_compiled_server_completes(tmp_path: Path) -> None:
 
 @cuda
 @needs_cuda
-@pytest.mark.parametrize("compiled", [False, True])
-def test_cuda_appo_with_its_server_in_a_process_of_its_own_completes(
-    tmp_path: Path, compiled: bool
+@pytest.mark.parametrize(
+    ("algo", "compiled"), [("appo", False), ("appo", True), ("apex", False), ("r2d2", False)]
+)
+def test_cuda_learners_with_their_server_in_a_process_of_its_own_complete(
+    tmp_path: Path, algo: str, compiled: bool
 ) -> None:
-    # The learner's network and policy (compiled again there) pickled onto the same GPU in the
-    # server's process, which reloads the weights the learner publishes.
-    args = ["train", "appo", *LEARNERS["appo"], "--device", "cuda", "--process-actors",
+    # The learner's network and policy (compiled again there; Ape-X's with its CUDA random
+    # generator; R2D2's LSTM flattened again) pickled onto the same GPU in the server's
+    # process, which reloads the weights the learner publishes.
+    args = ["train", algo, *LEARNERS[algo], "--device", "cuda", "--process-actors",
             "--server-process", "--runs-dir", str(tmp_path), "--name", "s",
             *(["--compile"] if compiled else [])]  # fmt: skip
     assert cli.main(args) == 0
     run_dir = tmp_path / "s"
     assert run.load_checkpoint(run_dir)["global_step"] > 0
-    lags = [float(line.rsplit(",", 1)[1]) for line in (run_dir / "metrics.csv").open()
-            if ",charts/policy_lag," in line]  # fmt: skip
-    assert lags and min(lags) >= 0
+    served = [line for line in (run_dir / "metrics.csv").open()
+              if ",charts/inference_on_core," in line]  # fmt: skip
+    assert served  # the server's process answered the learner's questions
 
 
 @pytest.mark.skipif(

@@ -48,6 +48,9 @@ def _serve(payload: bytes, spaces_: tuple[Any, Any], options: dict[str, Any],
     torch.set_num_threads(torch_threads)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
     net, policy = cloudpickle.loads(payload)
+    for module in net.modules():  # unpickled, an LSTM's weights lie apart: one chunk for cuDNN
+        if isinstance(module, torch.nn.RNNBase):
+            module.flatten_parameters()
     shared = SharedWeights(*weights)
 
     def refresh(version: int) -> int:
