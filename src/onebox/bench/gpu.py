@@ -4,16 +4,16 @@ the CUDA tests, then this).
 Parts, in order (each reuses the benchmark of its own `onebox bench` command):
 
 - envs: Pong-v5 env steps/s of the engine alone against EnvPool, same envs and threads.
-- train: PPO with the Atari preset (8 envs, sync; eager, then its inference call compiled; the
-  preset double-buffered, two halves of 4 envs, ran slower than sync on an H200 and is left
-  out: docs/benchmarks.md, 2026-11-28), PPO with a throughput preset (double-buffered, 128
-  envs) in float32 and bf16, and APPO with its Atari preset (4 actors of 8 envs) and with the
-  same 128 envs (8 thread actors of 16; 4 of 32; the server waiting up to 1 ms for fuller
-  batches, `--timeout-ms 1`; process actors; process actors with the server in a process of
-  its own, `--server-process`; the server's policy compiled, `--compile`, with thread actors,
-  then with process actors): SPS, the time split, the inference server's batch,
-  latency and load and its calls' parts, the actors' time split, and
-  SPS as a share of the engine alone stepping the same envs with random actions (goal: >= 60%).
+- train, the rows most wanted first: APPO on 128 Pong envs (8 thread actors of 16; process
+  actors; process actors with the server in a process of its own, `--server-process`; the
+  server's policy compiled, `--compile`, with thread actors, then with process actors; 4 thread
+  actors of 32; the server waiting up to 1 ms for fuller batches, `--timeout-ms 1`), APPO with
+  its Atari preset (4 actors of 8 envs), PPO with a throughput preset (double-buffered, 128
+  envs) in float32 and bf16, PPO with the Atari preset (8 envs, sync; eager, then its inference
+  call compiled; the preset double-buffered, two halves of 4 envs, ran slower than sync on an
+  H200 and is left out: docs/benchmarks.md, 2026-11-28): SPS, the time split, the inference
+  server's batch, latency and load and its calls' parts, the actors' time split, and SPS as a
+  share of the engine alone stepping the same envs with random actions (goal: >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads,
   the rows most wanted first: float32 with a seeded reset per env per evaluation
   (`--episode-seeds env`): two slot groups of 125, their pools stepped in turn
@@ -306,24 +306,26 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
     actors = size["appo_actors"]  # the throughput APPO: its actors hold n envs in all
     shape = (actors, n // actors)
     half = (actors // 2, 2 * n // actors)  # half as many actors, twice the envs a request
-    # (label, mode, envs, precision, APPO's actors x envs, compiled, APPO's options)
-    runs = [("PPO, Atari preset", "sync", None, "float32", None, False, {}),
-            ("PPO, Atari preset, compiled", "sync", None, "float32", None, True, {}),
-            ("PPO, throughput", "double", n, "float32", None, False, {}),
-            ("PPO, throughput", "double", n, "bf16", None, False, {}),
-            ("APPO, Atari preset", "appo", None, "float32", None, False, {}),
-            ("APPO, throughput", "appo", None, "float32", shape, False, {}),
-            ("APPO, throughput, half the actors with twice the envs", "appo", None, "float32",
-             half, False, {}),
-            ("APPO, throughput, 1 ms batching wait (--timeout-ms 1)", "appo", None, "float32",
-             shape, False, {"timeout_ms": 1.0}),
+    # (label, mode, envs, precision, APPO's actors x envs, compiled, APPO's options), the rows
+    # most wanted first (APPO's goal is the one still missed; PPO's throughput met it on three
+    # leases): those past the deadline are left.
+    runs = [("APPO, throughput", "appo", None, "float32", shape, False, {}),
             ("APPO, throughput, process actors", "appo", None, "float32", shape, False,
              {"process_actors": True}),
             ("APPO, throughput, process actors, server in its own process", "appo", None,
              "float32", shape, False, {"process_actors": True, "server_process": True}),
             ("APPO, throughput, compiled", "appo", None, "float32", shape, True, {}),
             ("APPO, throughput, process actors, compiled", "appo", None, "float32", shape, True,
-             {"process_actors": True})]  # fmt: skip
+             {"process_actors": True}),
+            ("APPO, throughput, half the actors with twice the envs", "appo", None, "float32",
+             half, False, {}),
+            ("APPO, throughput, 1 ms batching wait (--timeout-ms 1)", "appo", None, "float32",
+             shape, False, {"timeout_ms": 1.0}),
+            ("APPO, Atari preset", "appo", None, "float32", None, False, {}),
+            ("PPO, throughput", "double", n, "float32", None, False, {}),
+            ("PPO, throughput", "double", n, "bf16", None, False, {}),
+            ("PPO, Atari preset", "sync", None, "float32", None, False, {}),
+            ("PPO, Atari preset, compiled", "sync", None, "float32", None, True, {})]  # fmt: skip
     rows, skipped, failures = [], [], []
     with tempfile.TemporaryDirectory() as root:
         for k, (label, mode, num_envs, precision, shape, compiled, appo_options) in enumerate(runs):
