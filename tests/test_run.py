@@ -369,6 +369,8 @@ def test_time_split_with_cpu_seconds_tells_waiting_from_running():
     wall, cpu = split.totals(), split.cpu_totals()
     assert wall["sleep"] >= 0.05 and cpu["sleep"] < 0.5 * wall["sleep"]
     assert 0.05 <= cpu["spin"] <= wall["spin"] + 0.01
+    split.reset()  # the named sections stay, at 0
+    assert split.totals() == split.cpu_totals() == {"sleep": 0.0, "spin": 0.0, "unused": 0.0}
 
 
 def test_in_flight_counts_time_by_workers_at_once(monkeypatch):

@@ -22,6 +22,10 @@ from onebox.sampling.actor_client import ActorClient
 from onebox.sampling.policies import SharedWeights
 from onebox.sampling.server_process import ServerProcess
 
+APPO = ("train", "appo", "--env", "CartPole-v1", "--actors", "2", "--envs-per-actor", "4",
+        "--process-actors", "--server-process")  # fmt: skip
+"""A small APPO run with its server in a process of its own."""
+
 OBS = spaces.Box(-1e6, 1e6, (3,), np.float32)
 ACT = spaces.Discrete(1_000_000)
 
@@ -149,21 +153,7 @@ def test_a_killed_actor_is_restarted_and_a_killed_server_is_reported(tmp_path: P
 def test_a_killed_appo_run_leaves_no_process_and_resumes_with_its_server_process(
     tmp_path: Path,
 ) -> None:
-    proc, run_dir = start_until_checkpoint(
-        tmp_path,
-        "train",
-        "appo",
-        "--env",
-        "CartPole-v1",
-        "--actors",
-        "2",
-        "--envs-per-actor",
-        "4",
-        "--process-actors",
-        "--server-process",
-        "--total-steps",
-        "4000",
-    )
+    proc, run_dir = start_until_checkpoint(tmp_path, *APPO, "--total-steps", "4000")
     time.sleep(0.5)
     # The server process and, below it, the two actors (each process's forkserver between).
     below = descendants(proc.pid)
@@ -184,21 +174,7 @@ def test_a_killed_appo_run_leaves_no_process_and_resumes_with_its_server_process
 
 
 def test_a_run_whose_server_process_dies_stops_and_says_why(tmp_path: Path) -> None:
-    proc, run_dir = start_until_checkpoint(
-        tmp_path,
-        "train",
-        "appo",
-        "--env",
-        "CartPole-v1",
-        "--actors",
-        "2",
-        "--envs-per-actor",
-        "4",
-        "--process-actors",
-        "--server-process",
-        "--total-steps",
-        "10000000",
-    )
+    proc, run_dir = start_until_checkpoint(tmp_path, *APPO, "--total-steps", "10000000")
     below = descendants(proc.pid)
     servers = [pid for pid, depth in below.items() if depth == 2]
     assert len(servers) == 1, below

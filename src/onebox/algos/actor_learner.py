@@ -190,26 +190,25 @@ class ServerStats:
         c = self.server.counters()
         wall, cpu = c["split"], c["split_cpu"]
         return (time.perf_counter(), c["calls"], c["env_steps"], c["requests"],
-                c["request_seconds"], c["busy_seconds"], *(wall[k] for k in CALL_SECTIONS),
+                c["request_seconds"], *(wall[k] for k in CALL_SECTIONS),
                 sum(cpu[k] for k in HOST_SECTIONS))  # fmt: skip
 
     def update(self) -> dict[str, float]:
         """The charts since the last call (none where no call was made)."""
         now = self._now()
-        wall, calls, steps, requests, waited, busy, *parts, cpu = (
+        wall, calls, steps, requests, waited, *parts, cpu = (
             a - b for a, b in zip(now, self.last, strict=True)
         )
         self.last = now
         if not calls:
             return {}
+        timed = dict(zip(CALL_SECTIONS, parts, strict=True))
+        busy, host = sum(timed.values()), sum(timed[k] for k in HOST_SECTIONS)
         charts = {"charts/inference_batch": steps / calls,
                   "charts/inference_latency_ms": 1000 * waited / requests,
                   "charts/inference_busy": busy / wall}  # fmt: skip
-        timed = dict(zip(CALL_SECTIONS, parts, strict=True))
-        total = sum(timed.values())
-        host = sum(timed[k] for k in HOST_SECTIONS)
-        if total > 0:
-            charts.update({f"charts/inference_{k}": v / total for k, v in timed.items()})
+        if busy > 0:
+            charts.update({f"charts/inference_{k}": v / busy for k, v in timed.items()})
         if host > 0:
             charts["charts/inference_on_core"] = min(1.0, cpu / host)
         return charts

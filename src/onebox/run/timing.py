@@ -17,12 +17,13 @@ class TimeSplit:
     a device) rather than ran.
     """
 
-    __slots__ = ("_cpu", "_name", "_stack", "_totals")
+    __slots__ = ("_cpu", "_name", "_sections", "_stack", "_totals")
 
     def __init__(self, sections: tuple[str, ...] = (), cpu: bool = False) -> None:
+        self._sections = sections
+        """Sections named up front: they read as 0 until timed (also after `reset`), and the
+        totals' keys never change afterwards as another thread reads them."""
         self._totals: dict[str, float] = dict.fromkeys(sections, 0.0)
-        """Sections named up front read as 0 until timed, and the dict's keys never change
-        afterwards as another thread reads it."""
         self._cpu: dict[str, float] | None = dict.fromkeys(sections, 0.0) if cpu else None
         self._stack: list[tuple[str, float, float]] = []
         self._name = ""
@@ -71,9 +72,9 @@ class TimeSplit:
 
     def reset(self) -> None:
         """Forget the accumulated times (a section still open keeps timing)."""
-        self._totals = {}
+        self._totals = dict.fromkeys(self._sections, 0.0)
         if self._cpu is not None:
-            self._cpu = {}
+            self._cpu = dict.fromkeys(self._sections, 0.0)
 
 
 class InFlight:

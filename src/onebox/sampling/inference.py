@@ -202,11 +202,9 @@ class InferenceServer:
         self.request_seconds = 0.0
         """Seconds the answered requests spent in the server, summed: from arriving (submitted,
         or read from a process actor) to their answer."""
-        self.busy_seconds = 0.0
-        """Seconds in policy calls: merging the requests, the policy, answering."""
         self.split = TimeSplit(CALL_SECTIONS, cpu=True)
-        """Where the policy calls' seconds go (`CALL_SECTIONS`): wall seconds, and the server
-        thread's CPU seconds."""
+        """The seconds in policy calls by their parts (`CALL_SECTIONS`): wall seconds, and the
+        server thread's CPU seconds."""
         self._sup = Supervisor(context, actor_main, pipes=(FROM_WORKER, TO_WORKER),
                                name="onebox-actor", max_restarts=max_restarts)  # fmt: skip
         if context == "forkserver":
@@ -283,12 +281,12 @@ class InferenceServer:
         os.write(self._wake_w, b"\0")
 
     def counters(self) -> dict[str, Any]:
-        """The counters a learner charts (`calls`, `env_steps`, `requests`, `request_seconds`,
-        `busy_seconds`), and the calls' parts (`split`: wall seconds, `split_cpu`: the server
-        thread's CPU seconds, by `CALL_SECTIONS`)."""
+        """The counters a learner charts (`calls`, `env_steps`, `requests`, `request_seconds`),
+        and the seconds in policy calls by their parts (`split`: wall seconds, `split_cpu`: the
+        server thread's CPU seconds, by `CALL_SECTIONS`)."""
         return {"calls": self.calls, "env_steps": self.env_steps, "requests": self.requests,
-                "request_seconds": self.request_seconds, "busy_seconds": self.busy_seconds,
-                "split": self.split.totals(), "split_cpu": self.split.cpu_totals()}  # fmt: skip
+                "request_seconds": self.request_seconds, "split": self.split.totals(),
+                "split_cpu": self.split.cpu_totals()}  # fmt: skip
 
     @contextlib.contextmanager
     def updating(self) -> Iterator[None]:
@@ -476,12 +474,10 @@ class InferenceServer:
 
     def _run(self, batch: list[_Request], n: int) -> None:
         """One policy call for the requests of `batch` (n envs in all); answer each."""
-        t0 = time.perf_counter()
         try:
             self._call(batch, n)
         finally:
             t1 = time.perf_counter()
-            self.busy_seconds += t1 - t0
             self.request_seconds += sum(t1 - r.t for r in batch)
 
     @torch.no_grad()
