@@ -332,17 +332,20 @@ def test_cuda_appo_with_a_compiled_server_completes(tmp_path: Path) -> None:
 @cuda
 @needs_cuda
 @pytest.mark.parametrize(
-    ("algo", "compiled"), [("appo", False), ("appo", True), ("apex", False), ("r2d2", False)]
-)
+    ("algo", "compiled", "servers"),
+    [("appo", False, 1), ("appo", True, 1), ("appo", False, 2), ("apex", False, 1),
+     ("r2d2", False, 1)],
+)  # fmt: skip
 def test_cuda_learners_with_their_server_in_a_process_of_its_own_complete(
-    tmp_path: Path, algo: str, compiled: bool
+    tmp_path: Path, algo: str, compiled: bool, servers: int
 ) -> None:
     # The learner's network and policy (compiled again there; Ape-X's with its CUDA random
     # generator; R2D2's LSTM flattened again) pickled onto the same GPU in the server's
-    # process, which reloads the weights the learner publishes.
+    # process (or in each of two, with a CUDA context each), which reloads the weights the
+    # learner publishes.
     args = ["train", algo, *LEARNERS[algo], "--device", "cuda", "--process-actors",
-            "--server-process", "--runs-dir", str(tmp_path), "--name", "s",
-            *(["--compile"] if compiled else [])]  # fmt: skip
+            "--server-process", "--server-processes", str(servers), "--runs-dir",
+            str(tmp_path), "--name", "s", *(["--compile"] if compiled else [])]  # fmt: skip
     assert cli.main(args) == 0
     run_dir = tmp_path / "s"
     assert run.load_checkpoint(run_dir)["global_step"] > 0

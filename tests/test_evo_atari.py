@@ -133,6 +133,7 @@ def test_atari_fitness_does_not_depend_on_slots_groups_threads_or_turns_and_equa
             assert ev.frames == runs[-1].frames == 4 * runs[-1].lengths.sum()
             totals = ev.timing.totals()  # each group's thread: parts of its own time
             assert totals["other"] > 0 and sum(totals.values()) <= groups * wall
+            assert totals["reset"] > 0  # every pair's seeded reset (ALE reloads the ROM)
             assert ("turn" in totals) is turns
             assert stepping["most"] == 1 if turns else stepping["most"] >= 1
             flight = ev.in_flight.fractions()  # 0 to `groups` pools in flight (or resetting)

@@ -61,8 +61,10 @@ def reported(report: Path, count: int) -> list[list]:
         time.sleep(0.02)
 
 
-def linear_server(bias: float) -> tuple[ServerProcess, torch.nn.Linear, SharedWeights]:
-    """A server process whose policy's action is its network's output, `bias` at first."""
+def linear_server(
+    bias: float, processes: int = 1
+) -> tuple[ServerProcess, torch.nn.Linear, SharedWeights]:
+    """Server processes whose policy's action is its network's output, `bias` at first."""
     net = torch.nn.Linear(3, 1)
     with torch.no_grad():
         net.weight.zero_()
@@ -72,7 +74,11 @@ def linear_server(bias: float) -> tuple[ServerProcess, torch.nn.Linear, SharedWe
         return {"actions": net(obs)[:, 0].round().long()}
 
     weights = SharedWeights.create(net, 0)
-    return ServerProcess(net, policy, weights, OBS, ACT, max_batch=8), net, weights
+    return (
+        ServerProcess(net, policy, weights, OBS, ACT, max_batch=8, processes=processes),
+        net,
+        weights,
+    )
 
 
 def gone(pid: int, within: float = 20.0) -> bool:
@@ -113,6 +119,55 @@ def test_actors_get_the_learners_policy_then_its_published_weights(tmp_path: Pat
         weights.close(unlink=True)
 
 
+def test_two_server_processes_each_serve_half_the_actors(tmp_path: Path) -> None:
+    server, net, weights = linear_server(2.0, processes=2)
+    reports = [tmp_path / f"report{a}" for a in range(3)]
+    try:
+        for a, report in enumerate(reports):
+            server.spawn(a, reporting_actor, 2, (str(report), 10**9))
+        server.start()
+        assert [reported(r, 1)[0][1:] for r in reports] == [[0, [2, 2]]] * 3
+        with server.updating(), torch.no_grad():
+            net.bias.fill_(7.0)
+        weights.publish(net, server.version)
+        assert [reported(r, 2)[1][1:] for r in reports] == [[1, [7, 7]]] * 3
+        counters = server.counters()  # summed over both
+        assert counters["servers"] == 2 and counters["env_steps"] >= 2 * counters["calls"]
+        assert counters["calls"] >= 4 and set(counters["split"]) == set(counters["split_cpu"])
+        pids = server.server_pids
+        assert len(set(pids)) == 2
+        # Actors 0 and 2 are the first server's children, actor 1 the second's.
+        for a, parent in ((0, pids[0]), (1, pids[1]), (2, pids[0])):
+            assert parent in ancestors(server.pid(a))
+        os.kill(pids[1], signal.SIGKILL)
+        with pytest.raises(RuntimeError, match="server process 2 of 2 killed by signal SIGKILL"):
+            server.counters()
+    finally:
+        server.close()
+        weights.close(unlink=True)
+
+
+def test_more_server_processes_than_actors_are_refused() -> None:
+    server, _, weights = linear_server(0.0, processes=2)
+    try:
+        server.spawn(0, reporting_actor, 2, ("unused", 1))
+        with pytest.raises(ValueError, match="2 server processes for 1 process actor"):
+            server.start()
+    finally:
+        server.close()
+        weights.close(unlink=True)
+
+
+def ancestors(pid: int) -> list[int]:
+    """The pids above `pid`, its parent first."""
+    out = []
+    while pid > 1:
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(") ", 1)[1].split()[1])
+        out.append(pid)
+    return out
+
+
 def test_a_policy_that_does_not_pickle_is_refused_with_what_to_do() -> None:
     net, lock = torch.nn.Linear(3, 1), threading.Lock()
 
@@ -140,8 +195,9 @@ def test_a_killed_actor_is_restarted_and_a_killed_server_is_reported(tmp_path: P
         second = reported(report, 2)[1]  # its next life reports afresh
         assert second[0] != first and second[1:] == [0, [3, 3]]
         assert server.restarts(0) == 1 and server.pid(0) == second[0]
-        assert server.server_pid is not None
-        os.kill(server.server_pid, signal.SIGKILL)
+        [server_pid] = server.server_pids
+        assert server_pid is not None
+        os.kill(server_pid, signal.SIGKILL)
         with pytest.raises(RuntimeError, match="inference server process killed by signal SIGKILL"):
             server.counters()
         assert gone(second[0])  # its actors end with it (their pipes close)
@@ -199,3 +255,21 @@ def test_appo_learns_cartpole_with_its_server_in_a_process_of_its_own(tmp_path: 
 def test_server_process_needs_process_actors(tmp_path: Path, capsys) -> None:
     err = refused(tmp_path, capsys, "appo", "--env", "CartPole-v1", "--server-process")
     assert "--server-process runs the inference server beside process actors" in err
+
+
+def test_server_processes_need_the_server_process_and_an_actor_each(tmp_path: Path, capsys):
+    err = refused(tmp_path, capsys, "appo", "--env", "CartPole-v1", "--process-actors",
+                  "--server-processes", "2")  # fmt: skip
+    assert "--server-processes is how many processes --server-process runs" in err
+    err = refused(tmp_path, capsys, *APPO[1:], "--server-processes", "3")
+    assert "--server-processes must be an integer from 1 to --actors (2)" in err
+
+
+def test_an_appo_run_with_two_server_processes(tmp_path: Path) -> None:
+    assert cli.main([*APPO, "--server-processes", "2", "--total-steps", "4000", "--runs-dir",
+                     str(tmp_path), "--name", "two"]) == 0  # fmt: skip
+    log = (tmp_path / "two" / "log.txt").read_text()
+    assert "2 servers, each in a process of its own serving 1 actor in 2" in log
+    assert run.load_checkpoint(tmp_path / "two")["global_step"] == 4000
+    busy = metric(tmp_path / "two", "charts/inference_busy")
+    assert busy and all(0 < v <= 1 for _, v in busy)

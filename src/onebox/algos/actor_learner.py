@@ -114,6 +114,10 @@ class ActorFields:
     its own, the actors' processes its children (Sample Factory's policy worker), so that its
     thread shares no GIL with the learner's; it serves the weights the learner publishes every
     `--sync-every` updates."""
+    server_processes: int = 1
+    """With `--server-process`: how many server processes, each serving every N-th actor with
+    batches of its own (Sample Factory's policy workers per policy), where one server's work per
+    call on the host bounds the actors; at most `--actors`."""
 
 
 def resolve_actors(config: Any) -> Any:
@@ -145,6 +149,20 @@ def resolve_actors(config: Any) -> Any:
             "--server-process runs the inference server beside process actors: add "
             "--process-actors (with central inference, the default), or drop --server-process"
         )
+    if (
+        isinstance(config.server_processes, bool)
+        or not isinstance(config.server_processes, int)
+        or not 1 <= config.server_processes <= config.actors
+    ):
+        raise ValueError(
+            f"--server-processes must be an integer from 1 to --actors ({config.actors}): each "
+            f"server process serves at least one actor; got {config.server_processes!r}"
+        )
+    if config.server_processes > 1 and not config.server_process:
+        raise ValueError(
+            "--server-processes is how many processes --server-process runs: add "
+            "--server-process (with --process-actors), or drop --server-processes"
+        )
     return config
 
 
@@ -159,10 +177,13 @@ def actors_net(config: Any, net: torch.nn.Module) -> torch.nn.Module:
 
 
 def server_batch(config: Any) -> int:
-    """The inference server's largest batch: one request from every actor, at most
-    `--max-batch`. An actor asks for one of its env splits at a time, so a batch is full once
-    every actor has asked, and none then waits out `--timeout-ms`."""
-    return min(config.max_batch, config.actors * (config.envs_per_actor // config.env_splits))
+    """The inference server's largest batch: one request from every actor it serves (with
+    `--server-processes N`, every N-th), at most `--max-batch`. An actor asks for one of its env
+    splits at a time, so a batch is full once every actor has asked, and none then waits out
+    `--timeout-ms`."""
+    servers = config.server_processes if config.server_process else 1
+    served = -(-config.actors // servers)  # the most actors one server has
+    return min(config.max_batch, served * (config.envs_per_actor // config.env_splits))
 
 
 HOST_SECTIONS = tuple(k for k in CALL_SECTIONS if k != "device")
@@ -173,7 +194,8 @@ class ServerStats:
     """The inference server's charts between two logs: `charts/inference_batch` (envs per
     policy call), `charts/inference_latency_ms` (a request's mean time in the server, waiting
     for its batch and its policy call), `charts/inference_busy` (the share of the time in
-    policy calls), the shares of the calls' time in each of their parts
+    policy calls; with several server processes, their mean), the shares of the calls' time in
+    each of their parts
     (`charts/inference_gather`, `_policy`, `_device`, `_answer`: see
     `onebox.sampling.inference.CALL_SECTIONS`) and `charts/inference_on_core`: the share of the
     calls' time on the host (all but `device`) that the server thread ran on a core, not
@@ -184,6 +206,7 @@ class ServerStats:
 
     def __init__(self, server: InferenceServer | ServerProcess) -> None:
         self.server = server
+        self.servers = server.counters()["servers"]
         self.last = self._now()
 
     def _now(self) -> tuple[float, ...]:
@@ -206,7 +229,7 @@ class ServerStats:
         busy, host = sum(timed.values()), sum(timed[k] for k in HOST_SECTIONS)
         charts = {"charts/inference_batch": steps / calls,
                   "charts/inference_latency_ms": 1000 * waited / requests,
-                  "charts/inference_busy": busy / wall}  # fmt: skip
+                  "charts/inference_busy": busy / (wall * self.servers)}  # fmt: skip
         if busy > 0:
             charts.update({f"charts/inference_{k}": v / busy for k, v in timed.items()})
         if host > 0:
@@ -251,7 +274,13 @@ def actors_note(config: Any) -> str:
         how = (f"their actions from the learner's inference server, batched, up to "
                f"{server_batch(config)} envs a call (--inference central)")  # fmt: skip
         if config.server_process:
-            how += (f", the server in a process of its own serving the weights published every "
+            n = config.server_processes
+            which = (
+                "the server in a process of its own"
+                if n == 1
+                else f"{n} servers, each in a process of its own serving 1 actor in {n}"
+            )
+            how += (f", {which}, serving the weights published every "
                     f"{config.sync_every} learner update(s) (--server-process; on a CPU device "
                     f"with 1 torch thread, the rest the learner's)")  # fmt: skip
     else:
@@ -363,7 +392,7 @@ def _train(
         if config.server_process:
             assert isinstance(weights, SharedWeights)
             server = ServerProcess(learner.net, learner.policy, weights, obs_space, act_space,
-                                   **options)  # fmt: skip
+                                   processes=config.server_processes, **options)  # fmt: skip
         else:
             server = InferenceServer(learner.policy, obs_space, act_space, **options)
         server.version = updates

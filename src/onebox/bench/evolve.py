@@ -156,7 +156,8 @@ class PopulationRate:
     env_only: float
     """Frames/s of the same pools with random actions."""
     split: dict[str, float]
-    """The evaluator's time split: shares of "env", "turn", "inference", "params" and "other" (see
+    """The evaluator's time split: shares of "env", "reset", "turn", "inference", "params" and
+    "other" (see
     `PopulationEvaluator.timing`)."""
     in_flight: list[float]
     """Shares of the population run's time with 0, 1, ... of the groups' pools in flight (see
@@ -295,10 +296,11 @@ def run(config: EvolveBenchConfig) -> int:
         "params share",
         "other share",
         "turn share",
+        "reset share",
         "time with 0, 1, ... pools in flight",
     ]
     rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-", "-", "-",
-             "-", "-"]]  # fmt: skip
+             "-", "-", "-"]]  # fmt: skip
     params, turns = 0, False
     for k in config.num_slots:
         r = population_rate(config, k)
@@ -314,6 +316,7 @@ def run(config: EvolveBenchConfig) -> int:
                 f"{100 * r.split.get('params', 0.0):.0f}%",
                 f"{100 * r.split.get('other', 0.0):.0f}%",
                 f"{100 * r.split.get('turn', 0.0):.0f}%",
+                f"{100 * r.split.get('reset', 0.0):.0f}%",
                 r.in_flight_text(),
             ]
         )
@@ -321,7 +324,7 @@ def run(config: EvolveBenchConfig) -> int:
     if rollout is not None:
         rows.append(
             ["native rollout", common.format_rate(rollout), "-", "-",
-             common.format_ratio(rollout / single), "-", "-", "-", "-", "-"]
+             common.format_ratio(rollout / single), "-", "-", "-", "-", "-", "-"]
         )  # fmt: skip
     title = (
         f"{config.env}: population {config.population} of {config.arch} "
@@ -368,7 +371,9 @@ def run(config: EvolveBenchConfig) -> int:
             "pools stepped with random actions, no network; one at a time: one env and one "
             "network, individual after individual. Inference share: the population run's time "
             "in the networks (including parameter copies into slots); turn share: waiting for "
-            "the turn to step (Atari pools stepped in turn, `--pool-turns`). Pools in flight: "
+            "the turn to step (Atari pools stepped in turn, `--pool-turns`); reset share: in "
+            "seeded resets (each episode's, or with episode seeds `env` each env's first of an "
+            "evaluation). Pools in flight: "
             "sent and "
             "not yet received (stepping; with native pools, which one thread drives, also done "
             "and waiting for that thread). Native rollout (where the "
@@ -380,7 +385,7 @@ def run(config: EvolveBenchConfig) -> int:
             f"1-minute load average when the run began: {load:.1f} (the machine is shared).",
             "",
             common.markdown_table(
-                header, rows, [False, True, True, True, True, True, True, True, True, False]
+                header, rows, [False, True, True, True, True, True, True, True, True, True, False]
             ),
             "",
             f"Command: `{command}`",

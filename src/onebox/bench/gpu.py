@@ -4,27 +4,23 @@ the CUDA tests, then this).
 Parts, in order (each reuses the benchmark of its own `onebox bench` command):
 
 - envs: Pong-v5 env steps/s of the engine alone against EnvPool, same envs and threads.
-- train, the rows most wanted first: APPO on 128 Pong envs (8 thread actors of 16; process
-  actors; process actors with the server in a process of its own, `--server-process`; the
-  server's policy compiled, `--compile`, with thread actors, then with process actors; 4 thread
-  actors of 32; the server waiting up to 1 ms for fuller batches, `--timeout-ms 1`), APPO with
-  its Atari preset (4 actors of 8 envs), PPO with a throughput preset (double-buffered, 128
-  envs) in float32 and bf16, PPO with the Atari preset (8 envs, sync; eager, then its inference
-  call compiled; the preset double-buffered, two halves of 4 envs, ran slower than sync on an
-  H200 and is left out: docs/benchmarks.md, 2026-11-28): SPS, the time split, the inference
-  server's batch, latency and load and its calls' parts, the actors' time split, and SPS as a
-  share of the engine alone stepping the same envs with random actions (goal: >= 60%).
+- train: APPO on 128 Pong envs in the shapes that bear on what bounds it (thread or process
+  actors, the server in one or two processes of its own, its policy compiled, a batching
+  wait), APPO's Atari preset, PPO's throughput preset (double-buffered, 128 envs) in float32
+  and bf16, PPO's Atari preset (`part_train` lists the rows, most wanted first): SPS, the time
+  split, the inference server's batch, latency, load and calls' parts, the actors' time split,
+  and SPS as a share of the engine alone stepping the same envs with random actions (goal:
+  >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads,
-  the rows most wanted first: float32 with a seeded reset per env per evaluation
-  (`--episode-seeds env`): two slot groups of 125, their pools stepped in turn
-  (`--pool-turns`) and at once, two of 250 in turn, three and four of 125 in turn; then with a
-  seeded reset per episode, then
-  bfloat16: population frames/s against the same pools stepped with random actions (goal:
-  >= 90%) and against one group's pool alone, the evaluator's time split and the time with 0,
-  1, 2, ... pools in flight.
+  in the shapes that bear on the goal (groups of 125 or 62 slots, pools in turn or at once,
+  a seeded reset per env per evaluation or per episode, float32 or bfloat16; `part_evolve`
+  lists the rows, most wanted first): population frames/s against the same pools stepped with
+  random actions (goal: >= 90%) and against one group's pool alone, the evaluator's time split
+  (seeded resets among it) and the time with 0, 1, 2, ... pools in flight.
 - inference: the inference server on the device serving 16 thread actors Nature-CNN requests.
-- offpolicy: Ape-X and R2D2 with their Atari presets (8 process actors of 16 envs, the learner
-  and the inference server on the device) for 45 s each: env frames/s and learner updates/s.
+- offpolicy (this part and `learn` are in `onebox.bench.gpu_runs`): Ape-X and R2D2 with their
+  Atari presets (8 process actors of 16 envs, the learner and the inference server on the
+  device) for 45 s each: env frames/s and learner updates/s.
 - policy: the inference call alone, a Nature-CNN (and MLP) actor-critic acting on a batch of 8 and
   of 64 observations already on the device, actions fetched to the host: float32 eager and
   compiled (`--compile`: CUDA graphs on a GPU), and bf16 at 64, with the first (compiling) call's
@@ -38,10 +34,8 @@ say). The report then says, at its top, that its numbers measure nothing.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -51,7 +45,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from onebox.bench import common
@@ -108,6 +101,7 @@ spend much of a short run filling the table."""
 
 def run(config: GpuBenchConfig) -> int:
     """Run the parts asked for, write `OUT/report.md`, print where it is."""
+    from onebox.bench import gpu_runs  # it imports this module
     from onebox.nn.accel import resolve_device
 
     device = resolve_device(config.device)
@@ -134,8 +128,10 @@ def run(config: GpuBenchConfig) -> int:
             body = f"## {part}\n\nSkipped: less than a minute was left before the deadline."
         else:
             try:
-                last = out if part in ("offpolicy", "learn") else engine  # runs' folder or rates
-                body = PART_FNS[part](config, device, size, last)
+                if part in gpu_runs.PART_FNS:  # `onebox train` in a process; its folder
+                    body = gpu_runs.PART_FNS[part](config, device, size, out)
+                else:
+                    body = PART_FNS[part](config, device, size, engine)
                 if "\n**Failed: " in body:  # a row of it raised; the others are in the report
                     failed.append(part)
             except Exception:  # the report says it, and the other parts still run
@@ -216,7 +212,8 @@ def _nvidia_smi(field: str) -> str:
         return "unknown (no nvidia-smi)"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A report's markdown table: the first column left-aligned, the others right-aligned."""
     return common.markdown_table(header, rows, [False] + [True] * (len(header) - 1))
 
 
@@ -259,7 +256,7 @@ def part_policy(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         "host, per call (the mean over the measured window). Compiled: "
         "`--compile` (torch.compile; on CUDA in reduce-overhead mode, a CUDA graph). First "
         "call: its wall time, compilation included.", "",
-        _table(header, rows),
+        table(header, rows),
     ])  # fmt: skip
 
 
@@ -291,7 +288,7 @@ def part_envs(config: GpuBenchConfig, device: torch.device, size: dict, engine: 
         f"{config.env_threads} threads for both; async backends receive num_envs/2 envs per "
         f"`recv`; random actions; {size['seconds']:g} s per measurement. Frames/s = "
         f"{FRAMES} × steps/s (frame skip 4).", "",
-        _table(header, rows),
+        table(header, rows),
     ])  # fmt: skip
 
 
@@ -314,6 +311,9 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
              {"process_actors": True}),
             ("APPO, throughput, process actors, server in its own process", "appo", None,
              "float32", shape, False, {"process_actors": True, "server_process": True}),
+            ("APPO, throughput, process actors, 2 server processes", "appo", None, "float32",
+             shape, False, {"process_actors": True, "server_process": True,
+                            "server_processes": 2}),
             ("APPO, throughput, compiled", "appo", None, "float32", shape, True, {}),
             ("APPO, throughput, process actors, compiled", "appo", None, "float32", shape, True,
              {"process_actors": True}),
@@ -363,8 +363,7 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
                          common.format_rate(alone),
                          f"{100 * share:.0f}%", "met" if share >= 0.6 else "missed"])  # fmt: skip
     header = ["run", "precision", "batch", "SPS", "updates/s", "time split", "policy lag",
-              train.SERVER_HEADER, "actors' time", "engine alone",
-              "SPS / engine",
+              train.SERVER_HEADER, "actors' time", "engine alone", "SPS / engine",
               "goal >= 60%"]  # fmt: skip
     return "\n".join([
         f"## Training throughput, {ENV}", "",
@@ -376,11 +375,11 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
         "then the call), the share of the time in policy calls, the shares of the calls' time "
         "in their parts (gather: requests joined onto the GPU; policy: its work queued; device: "
         "waiting for the outputs; answer: each request its rows) and the share of their host "
-        "parts the server thread ran on a core (the rest: waiting for the GIL or a core); the "
-        "actors' time: in their "
-        "env pools, waiting for actions, waiting for the learner to take their unrolls, the "
-        "rest of their loop (recording, waiting for the GIL).", "",
-        _table(header, rows), *_skipped(skipped), *failures,
+        "parts the server thread ran on a core (the rest: waiting for the GIL or a core; with "
+        "2 server processes, busy is their mean); the actors' time: in their env pools, "
+        "waiting for actions, waiting for the learner to take their unrolls, the rest of "
+        "their loop (recording, waiting for the GIL).", "",
+        table(header, rows), *_skipped(skipped), *failures,
     ])  # fmt: skip
 
 
@@ -404,7 +403,7 @@ def part_inference(config: GpuBenchConfig, device: torch.device, size: dict, _: 
         "## Inference server, Nature CNN", "",
         f"{actors} thread actors, each sending {envs} random Pong frames per request in a "
         f"closed loop, the server batching them on {device} (`onebox bench inference`).", "",
-        _table(header, rows),
+        table(header, rows),
     ])  # fmt: skip
 
 
@@ -430,16 +429,16 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         calls.append([dtype, *(f"{v:.2f} ms" if v is not None else "failed" for v in ms.values()),
                       auto])  # fmt: skip
     rows, skipped, params = [], [], 0
-    # Two to four groups of `group` slots each (or of twice as many, whose pools' steps are
-    # longer beside the same per-step costs), their pools stepped in turn or at once. The rows
-    # most wanted first: a row takes about 70 s, and those past the deadline are left.
+    # Two or three groups of `group` slots each (or two of half as many: each env then plays
+    # twice the episodes per seeded reset, whose ROM reload costs about 285 Pong steps of CPU),
+    # their pools stepped in turn or at once. The rows most wanted first: a row takes about 70 s,
+    # and those past the deadline are left.
     for dtype, seeds, groups, turns, size_ in (("float32", "env", 2, True, group),
+                                               ("float32", "env", 2, True, group // 2),
                                                ("float32", "env", 2, False, group),
-                                               ("float32", "env", 2, True, 2 * group),
-                                               ("float32", "env", 3, True, group),
-                                               ("float32", "env", 4, True, group),
+                                               ("bfloat16", "env", 2, True, group),
                                                ("float32", "pair", 2, True, group),
-                                               ("bfloat16", "env", 2, True, group)):  # fmt: skip
+                                               ("float32", "env", 3, True, group)):  # fmt: skip
         label = (f"{dtype}, {seeds} seeds, {groups} groups of {size_}, "
                  f"{'in turn' if turns else 'at once'}")  # fmt: skip
         if (rows or failures) and _out_of_time(config, 80):
@@ -462,147 +461,43 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
                      f"{100 * share:.0f}%", f"{100 * r.split.get('inference', 0.0):.0f}%",
                      f"{100 * r.split.get('params', 0.0):.0f}%",
                      f"{100 * r.split.get('other', 0.0):.0f}%",
-                     f"{100 * r.split.get('turn', 0.0):.0f}%", r.in_flight_text(),
+                     f"{100 * r.split.get('turn', 0.0):.0f}%",
+                     f"{100 * r.split.get('reset', 0.0):.0f}%", r.in_flight_text(),
                      "met" if share >= 0.9 else "missed"])  # fmt: skip
     header = ["precision", "episode seeds", "slot groups", "pools step", "population frames/s",
               "env-only frames/s", "one pool alone", "share", "inference share", "params share",
-              "other share", "turn share", "time with 0, 1, ... pools in flight",
+              "other share", "turn share", "reset share", "time with 0, 1, ... pools in flight",
               "goal >= 90%"]  # fmt: skip
     return "\n".join([
         f"## Evolution: {size['population']:,} Nature CNNs on {ENV}", "",
-        f"`onebox bench evolve`: slot groups of {group} slots (two, three or four: "
+        f"`onebox bench evolve`: slot groups of {group} slots (two or three: "
         "`--slot-groups`, more pools in flight with network batches as large; or two of "
-        f"{2 * group}: longer pool steps), each with its own "
+        f"{group // 2}: each env plays twice the episodes per seeded reset), each with its own "
         f"engine pool of {threads} threads, the pools stepped in turn (one at a time, with "
         "every core, while the other groups run their networks: `--pool-turns`, the default "
         "on a GPU) or at once, sharing the cores; each env step its own individual's network "
         f"({params:,} parameters) on {device}; episodes capped at {size['episode_cap']} steps; "
-        "env only: the same pools with random actions. Episode seeds `pair`: every episode starts with "
-        "its own seeded reset, for which ALE reloads the ROM (fitnesses independent of K); "
-        "`env`: one seeded reset per env per evaluation, the later episodes unseeded "
-        "(`onebox evolve --episode-seeds env`). One pool alone: one group's pool stepped "
-        "by itself with random actions, about the most pools stepped in turn can make. Shares "
-        "of the evaluator's time: inference (the "
-        "networks' forward, loading parameters into slots), params (waiting for the individuals' "
-        "parameters, made ahead on a helper thread: here each a fresh random network, a slice of "
-        "the shared noise table), other (the rest of the group's loop: bookkeeping, copies, "
-        "waiting for the GIL), turn (waiting for the turn to step); the env share is what is "
-        "left. Pools in flight: the shares of "
-        "the population run's time with 0, 1, 2, ... of the groups' pools stepping (sent, not "
-        "yet received) or resetting.", "",
-        _table(header, rows), *_skipped(skipped), *failures, "",
+        "env only: the same pools with random actions. Episode seeds `pair`: every episode "
+        "starts with its own seeded reset, for which ALE reloads the ROM (fitnesses independent "
+        "of K); `env`: one seeded reset per env per evaluation, the later episodes unseeded "
+        "(`onebox evolve --episode-seeds env`). One pool alone: one group's pool stepped by "
+        "itself with random actions, about the most pools stepped in turn can make. Shares of "
+        "the evaluator's time: inference (the networks' forward, loading parameters into "
+        "slots), params (waiting for the individuals' parameters, made ahead on a helper "
+        "thread: here each a fresh random network, a slice of the shared noise table), other "
+        "(the rest of the group's loop: bookkeeping, copies, waiting for the GIL), turn "
+        "(waiting for the turn to step), reset (seeded resets); the env share is what is left. "
+        "Pools in flight: the shares of the population run's time with 0, 1, 2, ... of the "
+        "groups' pools stepping (sent, not yet received) or resetting.", "",
+        table(header, rows), *_skipped(skipped), *failures, "",
         f"The population forward alone (`bench.evolve.forward_ms`): {group} networks (one slot "
         "group) each on its own observation already on the device, actions fetched to the host; "
         "conv layers as one grouped `conv2d` or as `unfold` + one `baddbmm` (im2col); auto: "
         "what `PopulationNet(conv='auto')` picks here.", "",
-        _table(["precision", "grouped", "im2col", "auto"], calls),
+        table(["precision", "grouped", "im2col", "auto"], calls),
     ])  # fmt: skip
-
-
-# ---- offpolicy: Ape-X and R2D2 on Pong ------------------------------------------------------------
-
-
-def _train_for(args: list[str], seconds: float, log: Path) -> float:
-    """Run `onebox ARGS` for at most `seconds`, then Ctrl-C it (a run saves a checkpoint and
-    exits); its wall time."""
-    t0 = time.time()
-    with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "onebox", *args], stdout=f,
-                                stderr=subprocess.STDOUT)  # fmt: skip
-        try:
-            proc.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    return time.time() - t0
-
-
-def part_offpolicy(config: GpuBenchConfig, device: torch.device, size: dict, out: Path) -> str:
-    from onebox.bench.apex import learning_rates
-
-    threads = max(1, config.env_threads // 8)
-    rows, commands = [], []
-    for algo, starts in size["offpolicy_starts"].items():
-        args = ["train", algo, "--env", ENV, "--device", str(device), "--process-actors",
-                "--num-threads", str(threads), "--learning-starts", str(starts),
-                *size["offpolicy_args"], "--total-steps", "50000000",
-                "--runs-dir", str(out / "runs"), "--name", algo, "--checkpoint-minutes", "0",
-                "--progress", "False"]  # fmt: skip
-        commands.append(f"`onebox {' '.join(args)}`")
-        wall = _train_for(args, size["offpolicy_seconds"], out / f"{algo}.log")
-        rates = learning_rates(out / "runs" / algo / "metrics.csv")
-        if rates is None:
-            rows.append([algo, f"{wall:.0f} s", "-", "-", "-", f"too few updates: see {algo}.log"])
-            continue
-        updates, steps = rates
-        rows.append([algo, f"{wall:.0f} s", common.format_rate(steps),
-                     common.format_rate(FRAMES * steps), f"{updates:.1f}", ""])  # fmt: skip
-    header = ["learner", "wall", "env steps/s", "frames/s", "updates/s", "note"]
-    return "\n".join([
-        f"## Ape-X and R2D2 on {ENV}, learner on {device}", "",
-        f"Each run's Atari preset with process actors of {threads} env thread(s), stopped after "
-        f"{size['offpolicy_seconds']:g} s; rates between the first and last update counts the run "
-        "logged (its learning phase):", "",
-        *[f"- {c}" for c in commands], "",
-        _table(header, rows),
-    ])  # fmt: skip
-
-
-# ---- learn: PPO on Pong to 20 -------------------------------------------------------------------
-
-
-def part_learn(config: GpuBenchConfig, device: torch.device, size: dict, out: Path) -> str:
-    minutes = config.learn_minutes
-    if config.deadline is not None:
-        minutes = min(minutes, (config.deadline - time.time() - 30) / 60)
-    if minutes < 0.5:
-        return "## Learning run\n\nSkipped: less than half a minute was left before the deadline."
-    runs = out / "runs"
-    n = size["learn_envs"]
-    args = ["train", "ppo", "--env", ENV, "--num-envs", str(n),
-            "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4",
-            "--sampler", "double", "--total-steps", "10000000", "--device", str(device),
-            "--num-threads", str(config.env_threads), "--runs-dir", str(runs), "--name", "learn",
-            "--checkpoint-minutes", "0", "--progress", "False"]  # fmt: skip
-    wall = _train_for(args, 60 * minutes, out / "learn.log")
-    returns, sps = [], 0.0
-    metrics = runs / "learn" / "metrics.csv"
-    if metrics.is_file():
-        with open(metrics) as f:
-            for r in csv.DictReader(f):
-                if r["tag"] == "charts/episodic_return":
-                    returns.append((int(r["step"]), float(r["time"]), float(r["value"])))
-                elif r["tag"] == "charts/SPS":
-                    sps = float(r["value"])
-    lines = [f"## Learning run: PPO on {ENV}", "",
-             f"`onebox {' '.join(args)}`, stopped after {wall / 60:.1f} min (the budget: "
-             f"{minutes:.1f} min). Score: the mean of the last 20 whole games.", ""]  # fmt: skip
-    if len(returns) < 20:
-        return "\n".join([*lines, f"Fewer than 20 games finished ({len(returns)}); see learn.log."])
-    values = np.array([v for _, _, v in returns])
-    means = np.convolve(values, np.ones(20) / 20, "valid")
-    best = int(np.argmax(means))
-    reached = np.flatnonzero(means >= 20)
-    steps, seconds = returns[-1][0], returns[-1][1]
-    lines.append(f"Last score {means[-1]:.1f} at {steps:,} steps and {seconds / 60:.1f} min; "
-                 f"best {means[best]:.1f} at {returns[best + 19][1] / 60:.1f} min; "
-                 f"last SPS {sps:.0f}.")  # fmt: skip
-    if reached.size:
-        at = returns[reached[0] + 19]
-        lines.append(f"Goal: a score of 20 at {at[1] / 60:.1f} min ({at[0]:,} steps): "
-                     + ("met (<= 8 min)." if at[1] <= 480 else "missed (> 8 min)."))  # fmt: skip
-    else:
-        projected = 10_000_000 / sps / 60 if sps else float("nan")
-        lines.append(f"Goal: 20 not reached. Projected: {projected:.0f} min for the 10M steps "
-                     "in which CleanRL's PPO reaches 20.45 on Pong (shared/reference.md), at "
-                     "the last SPS.")  # fmt: skip
-    return "\n".join(lines)
 
 
 PART_FNS = {"policy": part_policy, "envs": part_envs, "train": part_train,
-            "inference": part_inference, "evolve": part_evolve, "offpolicy": part_offpolicy,
-            "learn": part_learn}  # fmt: skip
+            "inference": part_inference, "evolve": part_evolve}  # fmt: skip
+"""The parts measured in this process; the training runs' parts are `onebox.bench.gpu_runs`'."""

@@ -53,6 +53,9 @@ class TrainBenchConfig(AccelFields):
     server_process: bool = False
     """With `--process-actors`: APPO's inference server in a process of its own (`onebox train
     appo --server-process`)."""
+    server_processes: int = 1
+    """With `--server-process`: APPO's server processes, each serving every N-th actor (`onebox
+    train appo --server-processes`)."""
     env_splits: int = 1
     """APPO's pools per actor, stepped in turn (`onebox train appo --env-splits`)."""
     timeout_ms: float | None = None
@@ -116,6 +119,7 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
                                 envs_per_actor=config.envs_per_actor,
                                 process_actors=config.process_actors,
                                 server_process=config.server_process,
+                                server_processes=config.server_processes,
                                 env_splits=config.env_splits)  # fmt: skip
         fields: dict[str, Any] = {"timeout_ms": config.timeout_ms}
     else:

@@ -272,9 +272,9 @@ class PopulationEvaluator:
         self.frames = 0
         """Frames used by every `evaluate` call so far (the budget's counter)."""
         self.timing = TimeSplit()
-        """Seconds in the env engine ("env"), waiting for a turn to step ("turn", `pool_turns`),
-        the networks ("inference"), waiting for parameters ("params") and the rest of the slot
-        groups' loops ("other"), summed over the slot groups
+        """Seconds in the env engine's steps ("env"), its seeded resets ("reset"), waiting for a
+        turn to step ("turn", `pool_turns`), the networks ("inference"), waiting for parameters
+        ("params") and the rest of the slot groups' loops ("other"), summed over the slot groups
         (with Atari each group runs in a thread of its own); the native rollouts count as "env"."""
         self.in_flight = InFlight()
         """How long 0, 1, 2, ... of the slot groups' pools were in flight at once (sent, not

@@ -104,10 +104,12 @@ class SlotGroup:
         # each just reset, its first observation in first_obs)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.timing = TimeSplit()
-        """This group's seconds (it may run in a thread): in the env engine ("env"), waiting for
-        its turn to step ("turn", see `SlotPlayer`), the networks ("inference"), waiting for
-        parameters ("params") and the rest of its loop ("other": bookkeeping, copies, waiting for
-        the GIL), which add up to the time it played."""
+        """This group's seconds (it may run in a thread): in the env engine's steps ("env"), its
+        seeded resets ("reset": a round's, or with Atari pools each pair's or, with env seeds,
+        each env's first, for which ALE reloads the ROM), waiting for its turn to step ("turn",
+        see `SlotPlayer`), the networks ("inference"), waiting for parameters ("params") and the
+        rest of its loop ("other": bookkeeping, copies, waiting for the GIL), which add up to the
+        time it played."""
         self.prefetch: Prefetch  # this play's parameter rows, in `pairs` order
 
     @contextlib.contextmanager
@@ -237,7 +239,7 @@ class SlotPlayer:
             return False
         seeds = np.full(g.num_envs, self._seed, dtype=np.uint64)
         seeds[: chunk.size] += chunk.astype(np.uint64)
-        with g.timing("env"), self._in_flight():
+        with g.timing("reset"), self._in_flight():
             g.pool.async_reset(seeds.tolist())
             for _ in range(g.num_envs // g.size):
                 obs, *_, info = g.pool.recv()
@@ -304,7 +306,7 @@ class SlotPlayer:
             first = g.pairs[: g.num_envs]
             spare = np.arange(first.size, g.num_envs) + self._owner.size + g.lo  # no pair's seed
             seeds = self._seed + np.concatenate([first, spare]).astype(np.uint64)
-            with g.timing("env"), self._in_flight():
+            with g.timing("reset"), self._in_flight():
                 g.first_obs[:], _ = g.pool.reset(seed=seeds.tolist())
             g.resetting[:] = False
         g.running = g.size
@@ -318,7 +320,7 @@ class SlotPlayer:
         with its pair's seed (the others untouched); without, they were reset already."""
         if not self._pair_seeds:
             return g.first_obs[envs]
-        with g.timing("env"), self._in_flight():
+        with g.timing("reset"), self._in_flight():
             obs, _ = g.pool.reset_envs(envs, [self._seed + int(j) for j in pairs])
         return obs
 

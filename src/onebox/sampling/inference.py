@@ -282,11 +282,12 @@ class InferenceServer:
 
     def counters(self) -> dict[str, Any]:
         """The counters a learner charts (`calls`, `env_steps`, `requests`, `request_seconds`),
-        and the seconds in policy calls by their parts (`split`: wall seconds, `split_cpu`: the
-        server thread's CPU seconds, by `CALL_SECTIONS`)."""
+        the seconds in policy calls by their parts (`split`: wall seconds, `split_cpu`: the
+        server thread's CPU seconds, by `CALL_SECTIONS`) and `servers`, the server threads
+        these count (1; several server processes sum theirs)."""
         return {"calls": self.calls, "env_steps": self.env_steps, "requests": self.requests,
                 "request_seconds": self.request_seconds, "split": self.split.totals(),
-                "split_cpu": self.split.cpu_totals()}  # fmt: skip
+                "split_cpu": self.split.cpu_totals(), "servers": 1}  # fmt: skip
 
     @contextlib.contextmanager
     def updating(self) -> Iterator[None]:

@@ -21,6 +21,10 @@ serves requests.
   the charts), each actor's failure and restarts, and to close. A child that dies (it is never
   restarted) makes the next question raise with how it ended and its last words; a learner that
   dies leaves the child an end of file, on which it closes its server and actors.
+- Several server processes (`processes`, `--server-processes`; Sample Factory's policy workers
+  per policy): process k serves actors k, k + n, k + 2n, ... (in the order they were spawned),
+  each with its own server and its own batches, for where one server's host work per call,
+  not the device, bounds the actors. Their counters are summed (`servers` says how many).
 """
 
 from __future__ import annotations
@@ -101,6 +105,8 @@ class ServerProcess:
             `--sync-every` updates, with `version`).
         obs_space, act_space, outputs, max_batch, timeout_ms, device, lstm, pad_batches,
         max_restarts: as for `InferenceServer`.
+        processes: server processes, each serving every `processes`-th actor (see the module
+            docstring); at most the number of actors spawned.
         context: the start method of the server's process (and of its actors' processes).
     """
 
@@ -112,9 +118,13 @@ class ServerProcess:
         obs_space: spaces.Space,
         act_space: spaces.Space,
         *,
+        processes: int = 1,
         context: str = "forkserver",
         **options: Any,
     ) -> None:
+        if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+            raise ValueError(f"processes must be an integer >= 1, got {processes!r}")
+        self.processes = processes
         self.obs_space, self.act_space = obs_space, act_space
         self.version = 0
         """The learner's weight updates (as `InferenceServer.version`); a published version."""
@@ -131,10 +141,10 @@ class ServerProcess:
         self._weights = (weights.block.layout, weights.block.name)
         self._actors: list[tuple[int, bytes, int, tuple]] = []
         """(actor id, its cloudpickled target, envs, arguments) of each `spawn`."""
-        # Not restarted (its death ends the run); not daemonic: it starts the actors.
+        # Not restarted (their deaths end the run); not daemonic: they start the actors.
         self._sup = Supervisor(context, _serve, pipes=(TO_WORKER, FROM_WORKER),
                                name="onebox-inference", max_restarts=0, daemon=False)  # fmt: skip
-        self._worker: Worker | None = None
+        self._workers: list[Worker] = []
         self._lock = threading.Lock()
 
     @property
@@ -147,7 +157,7 @@ class ServerProcess:
         self, actor_id: int, target: Callable[..., Any], num_envs: int, args: tuple = ()
     ) -> None:
         """A process actor the server's process will start (see `InferenceServer.spawn`)."""
-        if self._worker is not None:
+        if self._workers:
             raise RuntimeError("spawn every process actor before ServerProcess.start()")
         if any(a == actor_id for a, *_ in self._actors):
             raise ValueError(f"actor {actor_id} already has a process")
@@ -156,14 +166,22 @@ class ServerProcess:
         self._actors.append((int(actor_id), cloudpickle.dumps(target), int(num_envs), args))
 
     def start(self) -> None:
-        """Start the server's process (and through it the actors); return once it serves."""
-        if self._worker is not None:
+        """Start the server processes (and through them the actors); return once they serve."""
+        if self._workers:
             raise RuntimeError("the server process has started already")
+        if self.processes > len(self._actors):
+            raise ValueError(
+                f"{self.processes} server processes for {len(self._actors)} process actor(s) "
+                "would leave a server with none to serve: use at most one per actor"
+            )
         tf32 = torch.backends.cuda.matmul.allow_tf32
-        self._worker = self._sup.add(Worker(0), self._payload, (self.obs_space, self.act_space),
-                                     self._options, self._weights, self._actors,
-                                     self.torch_threads, tf32)  # fmt: skip
-        self._reply()
+        for k in range(self.processes):
+            self._workers.append(self._sup.add(
+                Worker(k), self._payload, (self.obs_space, self.act_space), self._options,
+                self._weights, self._actors[k :: self.processes], self.torch_threads, tf32,
+            ))  # fmt: skip
+        for k in range(self.processes):
+            self._reply(k)
 
     @property
     def torch_threads(self) -> int:
@@ -182,55 +200,70 @@ class ServerProcess:
         self.version += 1
 
     def counters(self) -> dict[str, Any]:
-        """The server's counters (see `InferenceServer.counters`)."""
-        return self._ask("counters")
+        """The servers' counters (see `InferenceServer.counters`), summed over the processes;
+        `servers` is how many."""
+        total: dict[str, Any] = {}
+        for k in range(len(self._workers) or 1):
+            for name, value in self._ask(k, "counters").items():
+                if isinstance(value, dict):
+                    into = total.setdefault(name, {})
+                    for part, seconds in value.items():
+                        into[part] = into.get(part, 0.0) + seconds
+                else:
+                    total[name] = total.get(name, 0) + value
+        return total
 
     def failure(self, actor_id: int) -> str | None:
         """Why process actor `actor_id` is gone for good, or None."""
-        return self._ask("status")[self._index(actor_id)][0]
+        k, i = self._owner(actor_id)
+        return self._ask(k, "status")[i][0]
 
     def restarts(self, actor_id: int) -> int:
         """How often process actor `actor_id` was restarted."""
-        return self._ask("status")[self._index(actor_id)][1]
+        k, i = self._owner(actor_id)
+        return self._ask(k, "status")[i][1]
 
     def pid(self, actor_id: int) -> int:
         """The pid of process actor `actor_id`'s current process."""
-        return self._ask("pid", actor_id)
+        return self._ask(self._owner(actor_id)[0], "pid", actor_id)
 
     @property
-    def server_pid(self) -> int | None:
-        """The pid of the server's process (None before `start`)."""
-        return None if self._worker is None else self._worker.pid
+    def server_pids(self) -> list[int | None]:
+        """The pids of the server processes (none before `start`)."""
+        return [w.pid for w in self._workers]
 
     def close(self) -> None:
-        """Stop the server's process, which stops its actors; safe to call twice."""
-        if self._worker is not None and self._worker.running:
-            with contextlib.suppress(OSError, ValueError):
-                self._worker.conns[0].send(("close", ()))
+        """Stop the server processes, which stop their actors; safe to call twice."""
+        for w in self._workers:
+            if w.running:
+                with contextlib.suppress(OSError, ValueError):
+                    w.conns[0].send(("close", ()))
         self._sup.shutdown(timeout=10)
 
-    def _index(self, actor_id: int) -> int:
-        for k, (a, *_) in enumerate(self._actors):
+    def _owner(self, actor_id: int) -> tuple[int, int]:
+        """(the server process of process actor `actor_id`, its index among that one's)."""
+        for j, (a, *_) in enumerate(self._actors):
             if a == actor_id:
-                return k
+                return j % self.processes, j // self.processes
         raise KeyError(f"no process actor {actor_id}")
 
-    def _ask(self, name: str, *args: Any) -> Any:
-        if self._worker is None:
+    def _ask(self, k: int, name: str, *args: Any) -> Any:
+        if not self._workers:
             raise RuntimeError("the server process has not started: call start() first")
         with self._lock:
             with contextlib.suppress(OSError, ValueError):  # it died: `_reply` says how
-                self._worker.conns[0].send((name, args))
-            return self._reply()
+                self._workers[k].conns[0].send((name, args))
+            return self._reply(k)
 
-    def _reply(self) -> Any:
-        assert self._worker is not None
-        conn = self._worker.conns[1]
-        if self._sup.readable(self._worker, conn):
+    def _reply(self, k: int) -> Any:
+        worker = self._workers[k]
+        conn = worker.conns[1]
+        if self._sup.readable(worker, conn):
             with contextlib.suppress(EOFError, OSError):
                 status, value = conn.recv()
                 if status == "error":
                     raise RuntimeError(f"the inference server process: {value}")
                 return value
-        ended = self._sup.reap(self._worker)
-        raise RuntimeError(f"the inference server process {ended.describe()}")
+        ended = self._sup.reap(worker)
+        which = f" {k + 1} of {self.processes}" if self.processes > 1 else ""
+        raise RuntimeError(f"the inference server process{which} {ended.describe()}")
