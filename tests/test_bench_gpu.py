@@ -55,7 +55,8 @@ def test_rows_past_the_deadline_are_reported_not_run(tmp_path: Path) -> None:
     rows = [line for line in section.splitlines() if line.startswith("| float32 | env | 2 of")]
     assert len(rows) == 1
     assert (
-        "Not run, the deadline being near: float32, env seeds, 2 groups of 1, in turn;" in section
+        "Not run, the deadline being near: float32, env seeds, 2 groups of 1, in turn, episodes "
+        "of 20 steps;" in section
     )
 
 
@@ -77,10 +78,11 @@ def test_a_row_that_raises_costs_only_that_row(tmp_path: Path, monkeypatch) -> N
     assert cli.main(["bench", "gpu", "--tiny", "--device", "cpu", "--out", str(out),
                      "--env-threads", "1", "--parts", "evolve", "--deadline", deadline]) == 1  # fmt: skip
     section = (out / "report.md").read_text().split("## Evolution", 1)[1]
-    assert "**Failed: float32, env seeds, 2 groups of 2, at once**" in section
+    assert "**Failed: float32, env seeds, 2 groups of 2, at once, episodes of 10 steps**" in section
     assert "RuntimeError: a row that breaks" in section
     rows = [line for line in section.splitlines() if line.startswith("| float32 | env |")]
     assert [row.split(" | ")[2:4] for row in rows][:2] == [["2 of 2", "in turn"],
                                                            ["2 of 1", "in turn"]]  # fmt: skip
     assert any(line.startswith("| bfloat16 | env | 2 of 2 |") for line in section.splitlines())
-    assert all(row.split(" | ")[6] != "-" for row in rows)  # one pool alone, measured too
+    assert [row.split(" | ")[4] for row in rows][:3] == ["10", "20", "10"]  # episode caps
+    assert all(row.split(" | ")[7] != "-" for row in rows)  # one pool alone, measured too

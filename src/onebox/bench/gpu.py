@@ -12,8 +12,9 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
   and SPS as a share of the engine alone stepping the same envs with random actions (goal:
   >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads,
-  in the shapes that bear on the goal (groups of 125 or 62 slots, pools in turn or at once,
-  a seeded reset per env per evaluation or per episode, float32 or bfloat16; `part_evolve`
+  in the shapes that bear on the goal (groups of 125 or 62 slots, episodes of 300 or 600
+  steps, pools in turn or at once, a seeded reset per env per evaluation or per episode,
+  float32 or bfloat16; `part_evolve`
   lists the rows, most wanted first): population frames/s against the same pools stepped with
   random actions (goal: >= 90%) and against one group's pool alone, the evaluator's time split
   (seeded resets among it) and the time with 0, 1, 2, ... pools in flight.
@@ -429,25 +430,32 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         calls.append([dtype, *(f"{v:.2f} ms" if v is not None else "failed" for v in ms.values()),
                       auto])  # fmt: skip
     rows, skipped, params = [], [], 0
-    # Two or three groups of `group` slots each (or two of half as many: each env then plays
-    # twice the episodes per seeded reset, whose ROM reload costs about 285 Pong steps of CPU),
-    # their pools stepped in turn or at once. The rows most wanted first: a row takes about 70 s,
-    # and those past the deadline are left.
-    for dtype, seeds, groups, turns, size_ in (("float32", "env", 2, True, group),
-                                               ("float32", "env", 2, True, group // 2),
-                                               ("float32", "env", 2, False, group),
-                                               ("bfloat16", "env", 2, True, group),
-                                               ("float32", "pair", 2, True, group),
-                                               ("float32", "env", 3, True, group)):  # fmt: skip
+    # Two or three groups of `group` slots each, or two of half as many, their pools stepped in
+    # turn or at once. A seeded reset (a ROM reload) costs about 270 Pong steps of CPU, and with
+    # env seeds each env pays one per evaluation: half the slots, each env plays twice the
+    # episodes per reset; twice the cap, each episode is twice as long (the population then
+    # makes at most E*L / (E*L + 270) of env-only, E episodes of L steps per env: 82% for the
+    # first row, 95% for the second, 90% for the third; docs/benchmarks.md). The rows most
+    # wanted first: a row takes 70-100 s, and those past the deadline are left.
+    cap = size["episode_cap"]
+    for dtype, seeds, groups, turns, size_, cap_ in (
+        ("float32", "env", 2, True, group, cap),
+        ("float32", "env", 2, True, group // 2, 2 * cap),
+        ("float32", "env", 2, True, group // 2, cap),
+        ("float32", "env", 2, False, group, cap),
+        ("bfloat16", "env", 2, True, group, cap),
+        ("float32", "pair", 2, True, group, cap),
+        ("float32", "env", 3, True, group, cap),
+    ):
         label = (f"{dtype}, {seeds} seeds, {groups} groups of {size_}, "
-                 f"{'in turn' if turns else 'at once'}")  # fmt: skip
+                 f"{'in turn' if turns else 'at once'}, episodes of {cap_} steps")  # fmt: skip
         if (rows or failures) and _out_of_time(config, 80):
             skipped.append(label)
             continue
         slots = size_ * groups
         bench = evolve.resolve(evolve.EvolveBenchConfig(
             env=ENV, population=size["population"], num_slots=(slots,),
-            max_episode_steps=size["episode_cap"], slot_groups=groups, num_threads=threads,
+            max_episode_steps=cap_, slot_groups=groups, num_threads=threads,
             pool_turns=turns, device=str(device), dtype=dtype, seconds=size["seconds"],
             episode_seeds=seeds,
         ))  # fmt: skip
@@ -456,7 +464,7 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
             continue
         params, share = r.params, r.frames / r.env_only
         rows.append([dtype, seeds, f"{groups} of {size_}", "in turn" if turns else "at once",
-                     common.format_rate(r.frames), common.format_rate(r.env_only),
+                     str(cap_), common.format_rate(r.frames), common.format_rate(r.env_only),
                      common.format_rate(r.one_pool),
                      f"{100 * share:.0f}%", f"{100 * r.split.get('inference', 0.0):.0f}%",
                      f"{100 * r.split.get('params', 0.0):.0f}%",
@@ -464,10 +472,10 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
                      f"{100 * r.split.get('turn', 0.0):.0f}%",
                      f"{100 * r.split.get('reset', 0.0):.0f}%", r.in_flight_text(),
                      "met" if share >= 0.9 else "missed"])  # fmt: skip
-    header = ["precision", "episode seeds", "slot groups", "pools step", "population frames/s",
-              "env-only frames/s", "one pool alone", "share", "inference share", "params share",
-              "other share", "turn share", "reset share", "time with 0, 1, ... pools in flight",
-              "goal >= 90%"]  # fmt: skip
+    header = ["precision", "episode seeds", "slot groups", "pools step", "episode cap",
+              "population frames/s", "env-only frames/s", "one pool alone", "share",
+              "inference share", "params share", "other share", "turn share", "reset share",
+              "time with 0, 1, ... pools in flight", "goal >= 90%"]  # fmt: skip
     return "\n".join([
         f"## Evolution: {size['population']:,} Nature CNNs on {ENV}", "",
         f"`onebox bench evolve`: slot groups of {group} slots (two or three: "
@@ -476,7 +484,8 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         f"engine pool of {threads} threads, the pools stepped in turn (one at a time, with "
         "every core, while the other groups run their networks: `--pool-turns`, the default "
         "on a GPU) or at once, sharing the cores; each env step its own individual's network "
-        f"({params:,} parameters) on {device}; episodes capped at {size['episode_cap']} steps; "
+        f"({params:,} parameters) on {device}; episodes capped at {cap} steps (one row at "
+        f"{2 * cap}: Pong's games with such networks last longer, so every episode is capped); "
         "env only: the same pools with random actions. Episode seeds `pair`: every episode "
         "starts with its own seeded reset, for which ALE reloads the ROM (fitnesses independent "
         "of K); `env`: one seeded reset per env per evaluation, the later episodes unseeded "
