@@ -5,8 +5,8 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
 
 - envs: Pong-v5 env steps/s of the engine alone against EnvPool, same envs and threads.
 - train: APPO on 128 Pong envs in the shapes that bear on what bounds it (thread or process
-  actors, the server in one or two processes of its own, its policy compiled, a batching
-  wait), APPO's Atari preset, PPO's throughput preset (double-buffered, 128 envs) in float32
+  actors, the server in one or two processes of its own, its policy compiled there or in the
+  learner's process, a batching wait), APPO's Atari preset, PPO's throughput preset (double-buffered, 128 envs) in float32
   and bf16, PPO's Atari preset (`part_train` lists the rows, most wanted first): SPS, the time
   split, the inference server's batch, latency, load and calls' parts, the actors' time split,
   and SPS as a share of the engine alone stepping the same envs with random actions (goal:
@@ -315,6 +315,8 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
             ("APPO, throughput, process actors, 2 server processes", "appo", None, "float32",
              shape, False, {"process_actors": True, "server_process": True,
                             "server_processes": 2}),
+            ("APPO, throughput, process actors, server in its own process, compiled", "appo",
+             None, "float32", shape, True, {"process_actors": True, "server_process": True}),
             ("APPO, throughput, compiled", "appo", None, "float32", shape, True, {}),
             ("APPO, throughput, process actors, compiled", "appo", None, "float32", shape, True,
              {"process_actors": True}),
