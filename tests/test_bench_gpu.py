@@ -56,7 +56,7 @@ def test_rows_past_the_deadline_are_reported_not_run(tmp_path: Path) -> None:
     assert len(rows) == 1
     assert (
         "Not run, the deadline being near: float32, env seeds, 2 groups of 1, in turn, episodes "
-        "of 20 steps;" in section
+        "of 20 steps; float32, env seeds, 2 groups of 2, in turn, episodes of 20 steps;" in section
     )
 
 
@@ -84,5 +84,5 @@ def test_a_row_that_raises_costs_only_that_row(tmp_path: Path, monkeypatch) -> N
     assert [row.split(" | ")[2:4] for row in rows][:2] == [["2 of 2", "in turn"],
                                                            ["2 of 1", "in turn"]]  # fmt: skip
     assert any(line.startswith("| bfloat16 | env | 2 of 2 |") for line in section.splitlines())
-    assert [row.split(" | ")[4] for row in rows][:3] == ["10", "20", "10"]  # episode caps
+    assert [row.split(" | ")[4] for row in rows][:3] == ["10", "20", "20"]  # episode caps
     assert all(row.split(" | ")[7] != "-" for row in rows)  # one pool alone, measured too
