@@ -46,7 +46,7 @@ def test_parts_past_the_deadline_are_reported_skipped(tmp_path: Path) -> None:
 
 def test_rows_past_the_deadline_are_reported_not_run(tmp_path: Path) -> None:
     # 70 s left: the evolve part starts (a minute is its floor) and runs its first row, the one
-    # most wanted; the others need 80 s and are listed as not run.
+    # most wanted; the others need 100 s and are listed as not run.
     out = tmp_path / "report"
     deadline = str(time.time() + 70)
     assert cli.main(["bench", "gpu", "--tiny", "--device", "cpu", "--out", str(out),

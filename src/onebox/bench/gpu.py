@@ -452,7 +452,7 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
     ):
         label = (f"{dtype}, {seeds} seeds, {groups} groups of {size_}, "
                  f"{'in turn' if turns else 'at once'}, episodes of {cap_} steps")  # fmt: skip
-        if (rows or failures) and _out_of_time(config, 80):
+        if (rows or failures) and _out_of_time(config, 100):
             skipped.append(label)
             continue
         slots = size_ * groups
