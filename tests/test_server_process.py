@@ -269,7 +269,7 @@ def test_an_appo_run_with_two_server_processes(tmp_path: Path) -> None:
     assert cli.main([*APPO, "--server-processes", "2", "--total-steps", "4000", "--runs-dir",
                      str(tmp_path), "--name", "two"]) == 0  # fmt: skip
     log = (tmp_path / "two" / "log.txt").read_text()
-    assert "2 servers, each in a process of its own serving 1 actor in 2" in log
+    assert "2 servers, each in a process of its own with 1 actor in 2" in log
     assert run.load_checkpoint(tmp_path / "two")["global_step"] == 4000
     busy = metric(tmp_path / "two", "charts/inference_busy")
     assert busy and all(0 < v <= 1 for _, v in busy)

@@ -278,7 +278,7 @@ def actors_note(config: Any) -> str:
             which = (
                 "the server in a process of its own"
                 if n == 1
-                else f"{n} servers, each in a process of its own serving 1 actor in {n}"
+                else f"{n} servers, each in a process of its own with 1 actor in {n}"
             )
             how += (f", {which}, serving the weights published every "
                     f"{config.sync_every} learner update(s) (--server-process; on a CPU device "
