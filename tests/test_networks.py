@@ -10,6 +10,7 @@ import pytest
 import torch
 from gymnasium import spaces
 from torch import nn
+from torch.distributions import Categorical, Normal
 
 from onebox.nn.networks import ActorCritic, QNetwork
 
@@ -57,6 +58,42 @@ def test_feed_forward_nets_share_the_interface() -> None:
     torch.testing.assert_close(values, net.value(obs.flatten(0, 1)))
     action, _, _, _ = net.step(obs[0], None, None)
     assert action.shape == (5, 2)
+
+
+def test_actions_are_drawn_and_scored_as_the_distributions_do() -> None:
+    """`ActorCritic.sample` against torch's distributions: discrete actions are the draws
+    `Categorical(logits).sample()` makes from the same random state, their log-probabilities
+    its `log_prob`; the mode is the argmax; continuous actions go through `Normal` as before."""
+    net = ActorCritic(spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(6))
+    out = torch.randn(4096, 6, generator=torch.Generator().manual_seed(0)) * 3
+    torch.manual_seed(1)
+    action, logprob = net.sample(out)
+    torch.manual_seed(1)
+    d = Categorical(logits=out)
+    expected = d.sample()
+    assert torch.equal(action, expected) and action.dtype == expected.dtype
+    torch.testing.assert_close(logprob, d.log_prob(action))
+    mode, mode_logprob = net.sample(out, deterministic=True)
+    assert torch.equal(mode, out.argmax(-1))
+    torch.testing.assert_close(mode_logprob, d.log_prob(mode))
+    obs = torch.randn(5, 3)
+    torch.manual_seed(2)
+    a, lp, v = net.act(obs)
+    torch.manual_seed(2)
+    d, value = net.dist(obs)
+    assert torch.equal(a, d.sample())
+    torch.testing.assert_close(lp, d.log_prob(a))
+    torch.testing.assert_close(v, value)
+
+    cont = ActorCritic(spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-1, 1, (2,), np.float32))
+    mean = torch.randn(7, 2)
+    torch.manual_seed(3)
+    action, logprob = cont.sample(mean)
+    torch.manual_seed(3)
+    normal = Normal(mean, cont.log_std.exp().expand_as(mean))
+    assert torch.equal(action, normal.sample())
+    torch.testing.assert_close(logprob, normal.log_prob(action).sum(-1))
+    assert torch.equal(cont.sample(mean, deterministic=True)[0], mean)
 
 
 def test_recurrent_misuse_is_a_clear_error() -> None:

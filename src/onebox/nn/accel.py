@@ -292,7 +292,7 @@ class FastPolicy:
             if self._outputs is None:
                 return self.net.act(obs)
             out, value = self._outputs(obs)
-        action, logprob = self.net.pick(self.net.distribution(out))
+        action, logprob = self.net.sample(out)
         return action, logprob, value.clone()  # a CUDA graph's outputs are overwritten later
 
     @torch.no_grad()

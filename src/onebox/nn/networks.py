@@ -253,10 +253,6 @@ class ActorCritic(nn.Module):
         logits = self.actor(self.actor_torso(x)).float()
         return logits, self.critic(self.critic_torso(x)).squeeze(-1).float()
 
-    def _heads(self, x: torch.Tensor) -> tuple[Categorical | Normal, torch.Tensor]:
-        out, value = self._raw_heads(x)
-        return self.distribution(out), value
-
     def distribution(self, out: torch.Tensor) -> Categorical | Normal:
         """The action distribution for the actor head's output (logits, or Gaussian means)."""
         if self.discrete:
@@ -277,8 +273,8 @@ class ActorCritic(nn.Module):
 
     def dist(self, obs: torch.Tensor) -> tuple[Categorical | Normal, torch.Tensor]:
         """The action distribution and V(obs) of a feed-forward net, in one pass."""
-        self._feed_forward()
-        return self._heads(self._features(obs))
+        out, value = self.outputs(obs)
+        return self.distribution(out), value
 
     def unroll(
         self, obs: torch.Tensor, starts: torch.Tensor | None, state: State | None
@@ -288,19 +284,26 @@ class ActorCritic(nn.Module):
 
         Returns the distributions and values of all T * envs steps (time-major, flattened) and
         the state after step T-1. Feed-forward nets ignore `starts` and `state`."""
+        out, v, state = self._unroll_heads(obs, starts, state)
+        return self.distribution(out), v, state
+
+    def _unroll_heads(
+        self, obs: torch.Tensor, starts: torch.Tensor | None, state: State | None
+    ) -> tuple[torch.Tensor, torch.Tensor, State | None]:
+        """`unroll` with the actor head's output in place of the distributions."""
         t_len, envs = obs.shape[:2]
         x = self._features(obs.flatten(0, 1))
         if self.core is None:
-            d, v = self._heads(x)
-            return d, v, state
+            out, v = self._raw_heads(x)
+            return out, v, state
         if state is None:
             raise ValueError("a recurrent net's unroll needs the state before step 0")
         x = x.view(t_len, envs, -1)
         h, c = state[0].unsqueeze(0), state[1].unsqueeze(0)
         if starts is None:
             y, (h, c) = self.core(x, (h, c))
-            d, v = self._heads(y.flatten(0, 1))
-            return d, v, (h[0], c[0])
+            out, v = self._raw_heads(y.flatten(0, 1))
+            return out, v, (h[0], c[0])
         keep = (~starts.to(torch.bool)).to(x.dtype).unsqueeze(-1)  # (T, envs, 1)
         # One LSTM call per stretch of steps in which no env starts an episode.
         cuts = [0, *(torch.nonzero(starts[1:].any(1)).flatten() + 1).tolist(), t_len]
@@ -308,8 +311,8 @@ class ActorCritic(nn.Module):
         for a, b in itertools.pairwise(cuts):
             y, (h, c) = self.core(x[a:b], (h * keep[a], c * keep[a]))
             out.append(y)
-        d, v = self._heads(torch.cat(out).flatten(0, 1))
-        return d, v, (h[0], c[0])
+        heads, v = self._raw_heads(torch.cat(out).flatten(0, 1))
+        return heads, v, (h[0], c[0])
 
     @torch.no_grad()
     def step(
@@ -323,20 +326,28 @@ class ActorCritic(nn.Module):
 
         `starts` (envs,) marks envs whose observation begins an episode (None: none do)."""
         starts = None if starts is None else starts.reshape(1, -1)
-        d, value, state = self.unroll(obs.unsqueeze(0), starts, state)
-        return (*self.pick(d, deterministic), value, state)
+        out, value, state = self._unroll_heads(obs.unsqueeze(0), starts, state)
+        return (*self.sample(out, deterministic), value, state)
 
-    def pick(
-        self, d: Categorical | Normal, deterministic: bool = False
+    def sample(
+        self, out: torch.Tensor, deterministic: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(an action sampled from `d`, or its mode if `deterministic`; its log-probability)."""
-        if not deterministic:
-            action = d.sample()
-        elif isinstance(d, Categorical):
-            action = d.probs.argmax(-1)
+        """(an action drawn from the distribution of the actor head's output `out`, or its mode
+        if `deterministic`; its log-probability). Discrete actions are drawn as
+        `Categorical(logits=out).sample()` draws them (`torch.multinomial` on the softmax), with
+        no distribution object: a policy call's host time is its few kernel launches, and
+        building the distribution, sampling and scoring through it took three times as long
+        (docs/benchmarks.md)."""
+        if not self.discrete:
+            d = self.distribution(out)
+            action = d.mean if deterministic else d.sample()
+            return action, self.log_prob(d, action)
+        logp = torch.log_softmax(out, -1)
+        if deterministic:
+            action = logp.argmax(-1, keepdim=True)
         else:
-            action = d.mean
-        return action, self.log_prob(d, action)
+            action = torch.multinomial(logp.exp(), 1, True)
+        return action.squeeze(-1), logp.gather(-1, action).squeeze(-1)
 
     def log_prob(self, d: Categorical | Normal, action: torch.Tensor) -> torch.Tensor:
         """Log-probability of `action`, summed over action dimensions for Gaussians."""
@@ -354,8 +365,8 @@ class ActorCritic(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample (or take the mode of) an action of a feed-forward net: (action, log_prob,
         value)."""
-        d, value = self.dist(obs)
-        return (*self.pick(d, deterministic), value)
+        out, value = self.outputs(obs)
+        return (*self.sample(out, deterministic), value)
 
 
 class QNetwork(nn.Module):
