@@ -63,7 +63,7 @@ def test_feed_forward_nets_share_the_interface() -> None:
 def test_actions_are_drawn_and_scored_as_the_distributions_do() -> None:
     """`ActorCritic.sample` against torch's distributions: discrete actions are the draws
     `Categorical(logits).sample()` makes from the same random state, their log-probabilities
-    its `log_prob`; the mode is the argmax; continuous actions go through `Normal` as before."""
+    its `log_prob`, the mode the argmax; continuous ones those of `Normal`, the mode its mean."""
     net = ActorCritic(spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(6))
     out = torch.randn(4096, 6, generator=torch.Generator().manual_seed(0)) * 3
     torch.manual_seed(1)
@@ -86,6 +86,8 @@ def test_actions_are_drawn_and_scored_as_the_distributions_do() -> None:
     torch.testing.assert_close(v, value)
 
     cont = ActorCritic(spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-1, 1, (2,), np.float32))
+    with torch.no_grad():
+        cont.log_std.uniform_(-1.0, 0.5)
     mean = torch.randn(7, 2)
     torch.manual_seed(3)
     action, logprob = cont.sample(mean)
@@ -93,7 +95,9 @@ def test_actions_are_drawn_and_scored_as_the_distributions_do() -> None:
     normal = Normal(mean, cont.log_std.exp().expand_as(mean))
     assert torch.equal(action, normal.sample())
     torch.testing.assert_close(logprob, normal.log_prob(action).sum(-1))
-    assert torch.equal(cont.sample(mean, deterministic=True)[0], mean)
+    mode, mode_logprob = cont.sample(mean, deterministic=True)
+    assert torch.equal(mode, mean)
+    torch.testing.assert_close(mode_logprob, normal.log_prob(mean).sum(-1))
 
 
 def test_recurrent_misuse_is_a_clear_error() -> None:

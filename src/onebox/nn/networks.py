@@ -32,6 +32,9 @@ from onebox.nn.accel import scale_images
 State = tuple[torch.Tensor, torch.Tensor]
 """An LSTM state `(h, c)`, each of shape (envs, hidden)."""
 
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+"""log(sqrt(2 pi)): a Gaussian's log-density at its mean is -log(std) - this."""
+
 
 def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
     """Orthogonal weights with gain `std`, constant bias (PPO's standard initialization)."""
@@ -333,15 +336,17 @@ class ActorCritic(nn.Module):
         self, out: torch.Tensor, deterministic: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(an action drawn from the distribution of the actor head's output `out`, or its mode
-        if `deterministic`; its log-probability). Discrete actions are drawn as
-        `Categorical(logits=out).sample()` draws them (`torch.multinomial` on the softmax), with
-        no distribution object: a policy call's host time is its few kernel launches, and
-        building the distribution, sampling and scoring through it took three times as long
-        (docs/benchmarks.md)."""
+        if `deterministic`; its log-probability), drawn as `distribution(out).sample()` draws
+        it but with no distribution object: a policy call's host time is its few kernel
+        launches, and building the distribution, sampling and scoring through it took two to
+        three times as long (docs/benchmarks.md). Discrete: `torch.multinomial` on the softmax,
+        as `Categorical`; continuous: the mean plus the standard deviation times a standard
+        normal draw, as `Normal` (`torch.normal`)."""
         if not self.discrete:
-            d = self.distribution(out)
-            action = d.mean if deterministic else d.sample()
-            return action, self.log_prob(d, action)
+            noise = torch.zeros_like(out) if deterministic else torch.randn_like(out)
+            action = out + self.log_std.exp() * noise
+            logprob = -0.5 * noise.square() - self.log_std - HALF_LOG_2PI
+            return action, logprob.sum(-1)
         logp = torch.log_softmax(out, -1)
         if deterministic:
             action = logp.argmax(-1, keepdim=True)
