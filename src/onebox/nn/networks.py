@@ -32,8 +32,8 @@ from onebox.nn.accel import scale_images
 State = tuple[torch.Tensor, torch.Tensor]
 """An LSTM state `(h, c)`, each of shape (envs, hidden)."""
 
-HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-"""log(sqrt(2 pi)): a Gaussian's log-density at its mean is -log(std) - this."""
+LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
+"""log(sqrt(2 pi)), as `torch.distributions.Normal.log_prob` computes it."""
 
 
 def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
@@ -336,23 +336,25 @@ class ActorCritic(nn.Module):
         self, out: torch.Tensor, deterministic: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(an action drawn from the distribution of the actor head's output `out`, or its mode
-        if `deterministic`; its log-probability), drawn as `distribution(out).sample()` draws
-        it but with no distribution object: a policy call's host time is its few kernel
+        if `deterministic`; its log-probability): what `distribution(out)` would give, to the
+        bit, with no distribution object (a policy call's host time is its few kernel
         launches, and building the distribution, sampling and scoring through it took two to
-        three times as long (docs/benchmarks.md). Discrete: `torch.multinomial` on the softmax,
-        as `Categorical`; continuous: the mean plus the standard deviation times a standard
-        normal draw, as `Normal` (`torch.normal`)."""
+        three times as long, docs/benchmarks.md). Discrete: `Categorical`'s normalized logits,
+        `torch.multinomial` on their softmax and a gather; continuous: `Normal`'s draw (the
+        mean plus the standard deviation times a standard normal, as `torch.normal`) and its
+        log-density, term by term as torch writes it."""
         if not self.discrete:
+            scale = self.log_std.expand_as(out).exp()
             noise = torch.zeros_like(out) if deterministic else torch.randn_like(out)
-            action = out + self.log_std.exp() * noise
-            logprob = -0.5 * noise.square() - self.log_std - HALF_LOG_2PI
+            action = out + scale * noise
+            logprob = -((action - out) ** 2) / (2 * scale**2) - scale.log() - LOG_SQRT_2PI
             return action, logprob.sum(-1)
-        logp = torch.log_softmax(out, -1)
+        logits = out - out.logsumexp(-1, keepdim=True)
         if deterministic:
-            action = logp.argmax(-1, keepdim=True)
+            action = logits.argmax(-1, keepdim=True)
         else:
-            action = torch.multinomial(logp.exp(), 1, True)
-        return action.squeeze(-1), logp.gather(-1, action).squeeze(-1)
+            action = torch.multinomial(torch.softmax(logits, -1), 1, True)
+        return action.squeeze(-1), logits.gather(-1, action).squeeze(-1)
 
     def log_prob(self, d: Categorical | Normal, action: torch.Tensor) -> torch.Tensor:
         """Log-probability of `action`, summed over action dimensions for Gaussians."""
