@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 import onebox.envs
-from onebox.bench.evolve import _env_only
+from onebox.bench.evolve import env_only_rate
 from onebox.evo.evaluator import PopulationEvaluator
 
 
@@ -87,7 +87,7 @@ def loop_rate(envs: int, threads: int, cap: int, episodes: int) -> tuple[float, 
         frames = ev.evaluate(params, pairs, seed=2).frames
         rate = frames / (time.perf_counter() - t0)
         reset = ev.timing.fractions().get("reset", 0.0)
-        return rate, _env_only(ev, 5.0) * ev.frames_per_step, reset
+        return rate, env_only_rate(ev, 5.0) * ev.frames_per_step, reset
 
 
 def main() -> None:

@@ -157,8 +157,7 @@ class PopulationRate:
     """Frames/s of the same pools with random actions."""
     split: dict[str, float]
     """The evaluator's time split: shares of "env", "reset", "turn", "inference", "params" and
-    "other" (see
-    `PopulationEvaluator.timing`)."""
+    "other" (see `PopulationEvaluator.timing`)."""
     in_flight: list[float]
     """Shares of the population run's time with 0, 1, ... of the groups' pools in flight (see
     `PopulationEvaluator.in_flight`)."""
@@ -183,12 +182,12 @@ def population_rate(
     with _evaluator(config, num_slots, config.num_threads) as ev:
         pop = _population_frames(ev, config, warmup=num_slots)
         split, in_flight = ev.timing.fractions(), ev.in_flight.fractions()
-        env_only = _env_only(ev, config.seconds) * ev.frames_per_step
-        alone = _env_only(ev, config.seconds, 1) * ev.frames_per_step if one_pool else None
+        env_only = env_only_rate(ev, config.seconds) * ev.frames_per_step
+        alone = env_only_rate(ev, config.seconds, 1) * ev.frames_per_step if one_pool else None
     return PopulationRate(pop, env_only, split, in_flight, alone, ev.num_params, ev.pool_turns)
 
 
-def _env_only(ev: PopulationEvaluator, seconds: float, pools: int | None = None) -> float:
+def env_only_rate(ev: PopulationEvaluator, seconds: float, pools: int | None = None) -> float:
     """Env steps/s of the evaluator's own pools (one per slot group; the first `pools` of them)
     in its send/recv loop, random actions."""
     pools = ev.pools[:pools]

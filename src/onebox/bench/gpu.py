@@ -6,18 +6,18 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
 - envs: Pong-v5 env steps/s of the engine alone against EnvPool, same envs and threads.
 - train: APPO on 128 Pong envs in the shapes that bear on what bounds it (thread or process
   actors, the server in one or two processes of its own, its policy compiled there or in the
-  learner's process, a batching wait), APPO's Atari preset, PPO's throughput preset (double-buffered, 128 envs) in float32
-  and bf16, PPO's Atari preset (`part_train` lists the rows, most wanted first): SPS, the time
+  learner's process, a batching wait), APPO's Atari preset, PPO's throughput preset
+  (double-buffered, 128 envs) in float32 and bf16, PPO's Atari preset (`part_train` lists the rows, most wanted first): SPS, the time
   split, the inference server's batch, latency, load and calls' parts, the actors' time split,
   and SPS as a share of the engine alone stepping the same envs with random actions (goal:
   >= 60%).
 - evolve: 1,000 Nature CNNs on Pong-v5, each slot group's pool with all the engine threads,
   in the shapes that bear on the goal (groups of 125 or 62 slots, episodes of 300 or 600
   steps, pools in turn or at once, a seeded reset per env per evaluation or per episode,
-  float32 or bfloat16; `part_evolve`
-  lists the rows, most wanted first): population frames/s against the same pools stepped with
-  random actions (goal: >= 90%) and against one group's pool alone, the evaluator's time split
-  (seeded resets among it) and the time with 0, 1, 2, ... pools in flight.
+  float32 or bfloat16; `part_evolve` lists the rows, most wanted first): population frames/s
+  against the same pools stepped with random actions (goal: >= 90%) and against one group's
+  pool alone, the evaluator's time split (seeded resets among it) and the time with 0, 1,
+  2, ... pools in flight.
 - inference: the inference server on the device serving 16 thread actors Nature-CNN requests.
 - offpolicy (this part and `learn` are in `onebox.bench.gpu_runs`): Ape-X and R2D2 with their
   Atari presets (8 process actors of 16 envs, the learner and the inference server on the

@@ -203,7 +203,7 @@ class ServerProcess:
         """The servers' counters (see `InferenceServer.counters`), summed over the processes;
         `servers` is how many."""
         total: dict[str, Any] = {}
-        for k in range(len(self._workers) or 1):
+        for k in range(self.processes):
             for name, value in self._ask(k, "counters").items():
                 if isinstance(value, dict):
                     into = total.setdefault(name, {})
