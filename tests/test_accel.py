@@ -20,8 +20,9 @@ from gymnasium import spaces
 from onebox import cli, run
 from onebox.algos import ppo
 from onebox.nn.accel import Accel, FastPolicy, SideStream, Staging, scale_images, to_host
-from onebox.nn.networks import ActorCritic, QNetwork, RecurrentQNetwork, SquashedGaussianActor
+from onebox.nn.networks import ActorCritic
 from onebox.nn.population import PopulationNet
+from onebox.nn.q_networks import QNetwork, RecurrentQNetwork, SquashedGaussianActor
 
 cuda = pytest.mark.cuda
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

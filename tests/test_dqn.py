@@ -16,7 +16,7 @@ from gymnasium import spaces
 from learning import kill_and_resume, last_mean, metric, refused
 from onebox import cli, run
 from onebox.algos import dqn
-from onebox.nn.networks import QNetwork, dueling_q
+from onebox.nn.q_networks import QNetwork, dueling_q
 from onebox.replay import ReplayBuffer
 
 

@@ -22,8 +22,9 @@ from learning import last_mean, metric
 from onebox import cli
 from onebox.algos import a2c, appo, dqn, impala, ppo, pqn
 from onebox.evo import run as evo_run
-from onebox.nn.networks import ActorCritic, MinAtarCNN, QNetwork
+from onebox.nn.networks import ActorCritic, MinAtarCNN
 from onebox.nn.population import PopulationNet, default_arch
+from onebox.nn.q_networks import QNetwork
 
 BREAKOUT = "MinAtar/Breakout-v1"
 

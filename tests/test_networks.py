@@ -12,7 +12,8 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from onebox.nn.networks import ActorCritic, QNetwork
+from onebox.nn.networks import ActorCritic
+from onebox.nn.q_networks import QNetwork
 
 VEC = spaces.Box(-1, 1, (4,), np.float32)
 

@@ -88,7 +88,7 @@ def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message)
 def test_atari_q_network_has_layer_norm_after_every_layer() -> None:
     from gymnasium import spaces
 
-    from onebox.nn.networks import QNetwork
+    from onebox.nn.q_networks import QNetwork
 
     net = QNetwork(spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6), layer_norm=True)
     norms = [m.normalized_shape for m in net.modules() if isinstance(m, torch.nn.LayerNorm)]

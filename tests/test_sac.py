@@ -16,7 +16,7 @@ from gymnasium import spaces
 from learning import kill_and_resume, metric, refused
 from onebox import cli, run
 from onebox.algos import sac
-from onebox.nn.networks import SquashedGaussianActor
+from onebox.nn.q_networks import SquashedGaussianActor
 
 
 def test_critic_target_and_alpha_loss() -> None:

@@ -52,7 +52,7 @@ from onebox.algos.common import (
 )
 from onebox.algos.dqn import td_errors
 from onebox.nn.accel import Accel, AccelFields, check_accel
-from onebox.nn.networks import QNetwork
+from onebox.nn.q_networks import QNetwork
 from onebox.replay import ReplayBatch, ReplayBuffer
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets

@@ -39,7 +39,8 @@ from onebox import run
 from onebox.algos import offpolicy
 from onebox.algos.common import adam, check_positive, greedy_q_policy, resolve_env
 from onebox.nn.accel import AccelFields, check_accel
-from onebox.nn.networks import EpsilonGreedy, Init, QNetwork
+from onebox.nn.networks import Init
+from onebox.nn.q_networks import EpsilonGreedy, QNetwork
 from onebox.replay import ReplayBatch
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets

@@ -5,7 +5,7 @@
 
 Many envs replace the replay buffer and layer norm replaces the target network: one iteration
 collects `num_steps` steps from each of `num_envs` envs with an epsilon-greedy policy on the
-Q-network (`onebox.nn.networks.EpsilonGreedy`, epsilon falling linearly over the first
+Q-network (`onebox.nn.q_networks.EpsilonGreedy`, epsilon falling linearly over the first
 `exploration_fraction` of the run), computes Q(lambda) returns from the max-Q values seen while
 acting, and runs `update_epochs` epochs of minibatch regression of Q(s, a) on them (RAdam, gradient
 norm clipping, the learning rate annealed linearly to zero).
@@ -35,7 +35,7 @@ from onebox.algos import onpolicy
 from onebox.algos.common import check_positive, greedy_q_policy, resolve_env
 from onebox.algos.onpolicy import Agent, run_loop
 from onebox.nn.accel import AccelFields, check_accel
-from onebox.nn.networks import EpsilonGreedy, QNetwork
+from onebox.nn.q_networks import EpsilonGreedy, QNetwork
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets
 from onebox.sampling import Rollout

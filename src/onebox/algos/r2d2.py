@@ -45,7 +45,7 @@ from torch import nn
 from onebox import run
 from onebox.algos import actor_learner, apex
 from onebox.algos.common import check_positive, parse_env_options, resolve_env
-from onebox.nn.networks import QNetwork, RecurrentQNetwork
+from onebox.nn.q_networks import QNetwork, RecurrentQNetwork
 from onebox.replay import SequenceBatch, SequenceReplay, mixed_priority
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets

@@ -4,7 +4,7 @@
     onebox train sac --env HalfCheetah-v5
 
 For continuous (1-D Box) actions. The policy is a tanh-squashed Gaussian rescaled to the env's
-action bounds (`onebox.nn.networks.SquashedGaussianActor`); two Q-networks and their Polyak-averaged
+action bounds (`onebox.nn.q_networks.SquashedGaussianActor`); two Q-networks and their Polyak-averaged
 targets give the critic target
 
     y = R + d * (min(Q1_target, Q2_target)(s', a') - alpha * log pi(a'|s')),  a' ~ pi(.|s')
@@ -32,7 +32,7 @@ from onebox import run
 from onebox.algos import offpolicy
 from onebox.algos.common import check_positive, resolve_env
 from onebox.nn.accel import AccelFields, check_accel
-from onebox.nn.networks import ContinuousQ, SquashedGaussianActor, check_bounded_actions
+from onebox.nn.q_networks import ContinuousQ, SquashedGaussianActor, check_bounded_actions
 from onebox.replay import ReplayBatch
 from onebox.run.config import TorchConfig
 from onebox.run.presets import Presets
