@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU suite in one command: install onebox from this working tree, run the CUDA tests, then
 # `onebox bench gpu` (src/onebox/bench/gpu.py says what it measures), within 9 minutes in all,
-# writing one markdown report, OUT/report.md, with logs beside it.
+# writing one markdown report, OUT/report.md, with logs beside it. The report is rewritten as
+# each part ends; a part's rows are printed ("row: | ... |", in OUT/bench.log) as each is
+# measured, so a suite cut off in the middle of a part loses none of them.
 #
 #   benchmarks/gpu.sh OUT [options of `onebox bench gpu`, e.g. --parts envs train]
 #

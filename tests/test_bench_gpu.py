@@ -44,7 +44,7 @@ def test_parts_past_the_deadline_are_reported_skipped(tmp_path: Path) -> None:
     assert "## Learning run\n\nSkipped: less than half a minute" in report
 
 
-def test_rows_past_the_deadline_are_reported_not_run(tmp_path: Path) -> None:
+def test_rows_past_the_deadline_are_reported_not_run(tmp_path: Path, capsys) -> None:
     # 70 s left: the evolve part starts (a minute is its floor) and runs its first row, the one
     # most wanted; the others need 100 s and are listed as not run.
     out = tmp_path / "report"
@@ -54,6 +54,9 @@ def test_rows_past_the_deadline_are_reported_not_run(tmp_path: Path) -> None:
     section = (out / "report.md").read_text().split("## Evolution", 1)[1]
     rows = [line for line in section.splitlines() if line.startswith("| float32 | env | 2 of")]
     assert len(rows) == 1
+    # and printed as it was measured, for a suite cut off before its part's report is written
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("row: ")]
+    assert printed == ["row: " + rows[0]]
     assert (
         "Not run, the deadline being near: float32, env seeds, 2 groups of 1, in turn, episodes "
         "of 20 steps; float32, env seeds, 2 groups of 2, in turn, episodes of 20 steps;" in section

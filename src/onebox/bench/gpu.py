@@ -213,6 +213,14 @@ def _nvidia_smi(field: str) -> str:
         return "unknown (no nvidia-smi)"
 
 
+def keep(rows: list[list[str]], row: list[str]) -> None:
+    """Add `row` to a part's `rows` and print it at once: the report is written when a part ends,
+    so a suite cut off in the middle of a part (a lease's time running out) still leaves the
+    part's measured rows in its output (bench.log)."""
+    rows.append(row)
+    print("row: | " + " | ".join(row) + " |", flush=True)
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     """A report's markdown table: the first column left-aligned, the others right-aligned."""
     return common.markdown_table(header, rows, [False] + [True] * (len(header) - 1))
@@ -246,7 +254,7 @@ def part_policy(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
 
                 rate = common.measure(call, 1, size["seconds"], warmup=0.5).rate
                 eager = eager if eager is not None else rate
-                rows.append([f"{network}, batch {batch}", precision,
+                keep(rows, [f"{network}, batch {batch}", precision,
                              "compiled" if compiled else "eager", f"{1e3 / rate:.3f} ms",
                              common.format_rate(rate * batch), common.format_ratio(rate / eager),
                              f"{first:.1f} s"])  # fmt: skip
@@ -359,7 +367,7 @@ def part_train(config: GpuBenchConfig, device: torch.device, size: dict, engine:
                 engine[(peer, envs_total)] = alone
             share = r.sps / alone if alone else float("nan")
             split = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(r.split.items()))
-            rows.append([f"{label} ({mode}, {envs_total} envs)", precision, str(r.batch),
+            keep(rows, [f"{label} ({mode}, {envs_total} envs)", precision, str(r.batch),
                          f"{r.sps:.0f}", f"{r.sps / r.batch:.2f}", split or "-",
                          "-" if r.lag is None else f"{r.lag:.1f}", r.server_text(),
                          r.actors_text(),
@@ -398,7 +406,7 @@ def part_inference(config: GpuBenchConfig, device: torch.device, size: dict, _: 
     rows = []
     for max_batch in sorted({actors * envs // 2, actors * envs}):
         r = inference.measure(bench, "thread", actors, max_batch)
-        rows.append([str(max_batch), common.format_rate(r.env_steps_per_s),
+        keep(rows, [str(max_batch), common.format_rate(r.env_steps_per_s),
                      common.format_rate(r.requests_per_s), f"{r.p50_ms:.2f} ms",
                      f"{r.p99_ms:.2f} ms", f"{r.mean_batch:.0f}"])  # fmt: skip
     header = ["max batch", "env steps/s", "requests/s", "p50", "p99", "mean batch"]
@@ -466,7 +474,7 @@ def part_evolve(config: GpuBenchConfig, device: torch.device, size: dict, _: Any
         if r is None:
             continue
         params, share = r.params, r.frames / r.env_only
-        rows.append([dtype, seeds, f"{groups} of {size_}", "in turn" if turns else "at once",
+        keep(rows, [dtype, seeds, f"{groups} of {size_}", "in turn" if turns else "at once",
                      str(cap_), common.format_rate(r.frames), common.format_rate(r.env_only),
                      common.format_rate(r.one_pool),
                      f"{100 * share:.0f}%", f"{100 * r.split.get('inference', 0.0):.0f}%",

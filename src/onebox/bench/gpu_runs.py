@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from onebox.bench import common
-from onebox.bench.gpu import ENV, FRAMES, GpuBenchConfig, table
+from onebox.bench.gpu import ENV, FRAMES, GpuBenchConfig, keep, table
 
 # ---- offpolicy: Ape-X and R2D2 on Pong ------------------------------------------------------------
 
@@ -54,10 +54,10 @@ def part_offpolicy(config: GpuBenchConfig, device: torch.device, size: dict, out
         wall = train_for(args, size["offpolicy_seconds"], out / f"{algo}.log")
         rates = learning_rates(out / "runs" / algo / "metrics.csv")
         if rates is None:
-            rows.append([algo, f"{wall:.0f} s", "-", "-", "-", f"too few updates: see {algo}.log"])
+            keep(rows, [algo, f"{wall:.0f} s", "-", "-", "-", f"too few updates: see {algo}.log"])
             continue
         updates, steps = rates
-        rows.append([algo, f"{wall:.0f} s", common.format_rate(steps),
+        keep(rows, [algo, f"{wall:.0f} s", common.format_rate(steps),
                      common.format_rate(FRAMES * steps), f"{updates:.1f}", ""])  # fmt: skip
     header = ["learner", "wall", "env steps/s", "frames/s", "updates/s", "note"]
     return "\n".join([
