@@ -345,8 +345,7 @@ class ActorCritic(nn.Module):
         log-density, term by term as torch writes it."""
         if not self.discrete:
             scale = self.log_std.expand_as(out).exp()
-            noise = torch.zeros_like(out) if deterministic else torch.randn_like(out)
-            action = out + scale * noise
+            action = out if deterministic else out + scale * torch.randn_like(out)
             logprob = -((action - out) ** 2) / (2 * scale**2) - scale.log() - LOG_SQRT_2PI
             return action, logprob.sum(-1)
         logits = out - out.logsumexp(-1, keepdim=True)
