@@ -14,7 +14,6 @@ from gymnasium import spaces
 from learning import best_window, metric, refused
 from onebox import cli, run
 from onebox.algos import a2c
-from onebox.algos.onpolicy import Agent
 from onebox.nn.networks import ActorCritic
 from onebox.sampling import Rollout
 
@@ -51,8 +50,11 @@ def test_update_matches_hand_computed_loss() -> None:
                       final={"values": torch.zeros(3, 2)}, next_obs=torch.zeros(2, 3),
                       next={"values": next_value})  # fmt: skip
     config = dataclasses.replace(a2c.Config(), ent_coef=0.01, vf_coef=0.5, max_grad_norm=1e9)
-    optimizer = torch.optim.RMSprop(net.parameters(), lr=7e-4, alpha=0.99, eps=1e-5)
-    stats = a2c.update(config, Agent(net, optimizer, None, None), rollout)
+    learner = a2c.A2C(config, spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2),
+                      torch.device("cpu"))  # fmt: skip
+    learner.net.load_state_dict(net.state_dict())
+    stats = learner.update(rollout)
+    net = learner.net  # its RMSprop (lr 7e-4, alpha 0.99, eps 1e-5) has stepped
 
     # n-step returns by hand: G_t = r_t + 0.99 * G_{t+1} * (1 - end_t), G_3 = next_value.
     g = 0.99
@@ -79,9 +81,9 @@ def test_update_matches_hand_computed_loss() -> None:
 
 
 def test_run_checkpoints_resumes_and_evaluates(tmp_path: Path, capsys) -> None:
-    run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "2000", "--log-every", "10")
+    run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "2000", "--log-every", "400")
     state = run.load_checkpoint(run_dir)
-    assert state["global_step"] == 2000 and state["iteration"] == 50  # 8 envs x 5 steps
+    assert state["global_step"] == 2000 and state["trainer"]["updates"] == 50  # 8 envs x 5 steps
     assert [s for s, _ in metric(run_dir, "losses/value_loss")] == list(range(400, 2001, 400))
     # A longer total on the saved run: resume continues from step 2000 to the new end.
     cfg = run.load_config(run_dir)

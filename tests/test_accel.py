@@ -371,7 +371,7 @@ from onebox.sampling.inference import InferenceServer
 torch.set_num_threads(1)
 obs_space, act_space = spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2)
 config = apex.resolve(apex.Config(actors=1, device="cpu"))
-learner = apex.Learner(config, obs_space, act_space, torch.device("cpu"), None)
+learner = apex.ApeX(config, obs_space, act_space, torch.device("cpu"))
 before = len(os.listdir("/proc/self/task"))
 with InferenceServer(learner.policy, obs_space, act_space, outputs=learner.outputs) as server:
     for _ in range(200):

@@ -20,7 +20,7 @@ from gymnasium import spaces
 import onebox.envs
 from learning import descendants, kill_and_resume, last_mean, metric, refused
 from onebox import cli, run
-from onebox.algos import apex
+from onebox.algos import apex, driver
 from onebox.algos.launch import play
 from onebox.sampling.inference import InferenceServer
 
@@ -35,7 +35,7 @@ def test_each_actor_explores_with_its_own_epsilon_through_the_server() -> None:
     obs_space, act_space = spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2)
     config = apex.resolve(apex.Config(actors=3, eps_base=0.5, eps_alpha=2.0, learning_rate=1e-3,
                                       seed=0, device="cpu"))  # fmt: skip
-    learner = apex.Learner(config, obs_space, act_space, torch.device("cpu"), None)  # type: ignore[arg-type]
+    learner = apex.ApeX(config, obs_space, act_space, torch.device("cpu"))
     for p in learner.net.parameters():
         p.data.zero_()
     learner.net.head.bias.data = torch.tensor([1.0, 0.0])  # advantages: greedy action 0
@@ -67,8 +67,9 @@ def test_short_run_folder_checkpoint_eval_and_resume(
     for name in ("config.json", "metrics.csv", "checkpoint.pt"):
         assert (run_dir / name).exists(), name
     state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
-    assert state["global_step"] >= 6000 and state["updates"] > 0
-    assert set(state) >= {"net", "target", "optimizer", "updates", "global_step", "rng"}
+    assert state["global_step"] >= 6000 and state["trainer"]["updates"] > 0
+    assert set(state) >= {"trainer", "env_seeds", "global_step", "rng"}
+    assert set(state["trainer"]["learner"]) >= {"net", "target", "optimizer", "updates"}
     # The resumed run logs on from where its checkpoint was, never before it.
     losses = [s for s, _ in metric(run_dir, "losses/td_loss")]
     assert losses == sorted(losses) and metric(run_dir, "charts/episodic_return")
@@ -84,7 +85,7 @@ def test_process_actors_feed_the_replay_table(tmp_path: Path, inference: str) ->
             "--name", "run"]  # fmt: skip
     assert cli.main(args) == 0
     state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
-    assert state["global_step"] >= 4000 and state["updates"] > 0
+    assert state["global_step"] >= 4000 and state["trainer"]["updates"] > 0
     assert metric(tmp_path / "run", "charts/episodic_return")
     assert "4 actors (processes), " in (tmp_path / "run" / "log.txt").read_text()
     assert f"(--inference {inference})" in (tmp_path / "run" / "log.txt").read_text()
@@ -131,7 +132,7 @@ def test_four_actors_learn_cartpole(tmp_path: Path) -> None:
     assert last_mean(run_dir, 20) >= 475
     config = run.load_config(run_dir)
     with onebox.envs.make("CartPole-v1", 1, autoreset_mode="SameStep") as envs:
-        returns, _, _ = play(apex.load_policy(run_dir, config), envs, 20, seed=12345)
+        returns, _, _ = play(driver.load_policy(run_dir, config), envs, 20, seed=12345)
     assert np.mean(returns) >= 475
 
 
@@ -145,10 +146,6 @@ def test_four_actors_learn_cartpole(tmp_path: Path) -> None:
         (["--unroll", "2"], "must be at least --n-step"),
         (["--learning-starts", "200000"], "--learning-starts must be in"),
         (["--samples-per-insert", "-1"], "--samples-per-insert must be >= 0"),
-        (
-            ["--anneal-lr", "True", "--samples-per-insert", "0"],
-            "--anneal-lr counts the learner updates",
-        ),
         (["--eps-base", "0"], "--eps-base must be positive"),
         (["--eps-base", "1.5"], "--eps-base must be in (0, 1]"),
     ],

@@ -32,7 +32,8 @@ def test_bad_settings_fail_before_any_run(capsys, args, message) -> None:
 
 def test_bench_apex_run_too_short_to_measure_says_so(capsys) -> None:
     """A run that logs its learner's updates fewer than twice has no rate: a one-line error."""
-    args = ["bench", "apex", "--total-steps", "3000", "--seconds", "0.2", "--rounds", "1",
+    # Updates start at the classic preset's 2,000 transitions: the first update ends the run.
+    args = ["bench", "apex", "--total-steps", "2001", "--seconds", "0.2", "--rounds", "1",
             "--actors", "1"]  # fmt: skip
     assert cli.main(args) == 2
-    assert "--total-steps 3000 is too short" in capsys.readouterr().err
+    assert "--total-steps 2001 is too short" in capsys.readouterr().err

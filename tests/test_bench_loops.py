@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 
 import onebox.envs
-from onebox.bench import envs as bench
+from onebox.bench import loops
 
 ENV = "Pendulum-v1"
 N = 4
-CALLS = bench.ACTION_BATCHES + 3  # past the last batch: back to the first
+CALLS = loops.ACTION_BATCHES + 3  # past the last batch: back to the first
 
 
-def reference_states(task: bench.Task) -> list[np.ndarray]:
+def reference_states(task: loops.Task) -> list[np.ndarray]:
     """Env states after stepping batch 0, 1, 2, ... in turn, one per call."""
     pool = onebox.envs.make(ENV, N, num_threads=1, seed=task.seed)
     pool.reset(seed=task.seed)
@@ -27,9 +27,9 @@ def reference_states(task: bench.Task) -> list[np.ndarray]:
 
 
 def test_sync_loop_cycles_through_batches_across_calls() -> None:
-    task = bench.Task(ENV, N, 1, seed=3)
+    task = loops.Task(ENV, N, 1, seed=3)
     pool = onebox.envs.make(ENV, N, num_threads=1, seed=3)
-    loop = bench._sync_loop(pool, task, N)
+    loop = loops.sync_loop(pool, task, N)
     for _ in range(CALLS):
         loop.run(1)
     for i, state in enumerate(reference_states(task)):
@@ -40,9 +40,9 @@ def test_sync_loop_cycles_through_batches_across_calls() -> None:
 def test_async_loop_cycles_through_batches_across_calls() -> None:
     """With batch_size = num_envs on one thread, each recv returns envs 0..N-1 in order, so the
     async loop's k-th send is batch k for every env, as in the sync reference."""
-    task = bench.Task(ENV, N, 1, seed=3)
+    task = loops.Task(ENV, N, 1, seed=3)
     pool = onebox.envs.make(ENV, N, batch_size=N, num_threads=1, seed=3)
-    loop = bench._async_loop(pool, task, N)
+    loop = loops.async_loop(pool, task, N)
     for _ in range(CALLS):
         loop.run(1)
     pool.recv()  # the last send's results (the states are those after it either way)

@@ -172,7 +172,7 @@ def test_a_checkpoint_of_another_learner(runs, capsys) -> None:
     (train / "checkpoint.pt").write_bytes((evo / "checkpoint.pt").read_bytes())
     for command in (["train", "--resume"], ["eval"]):
         err = fails(capsys, *command, str(train))
-        assert "checkpoint.pt lacks 'agent'" in err and "not written by the learner" in err
+        assert "checkpoint.pt lacks 'learner'" in err and "not written by the learner" in err
     assert sorted(p.name for p in train.iterdir()) == ["checkpoint.pt", "config.json"]
 
 

@@ -19,6 +19,12 @@ from onebox.algos import dqn
 from onebox.nn.q_networks import QNetwork, dueling_q
 from onebox.replay import ReplayBuffer
 
+SPACES = (spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(2))
+CONFIG = dataclasses.replace(dqn.Config(), total_steps=100, learning_rate=2.5e-4, end_e=0.1,
+                             exploration_fraction=0.5, target_network_frequency=10,
+                             train_frequency=1)  # fmt: skip
+"""A DQN config with what its learner reads set (as its preset would)."""
+
 
 def test_td_target_of_dqn_and_double_dqn() -> None:
     returns, discounts = torch.tensor([1.0, 2.0]), torch.tensor([0.99, 0.0])
@@ -59,37 +65,31 @@ def test_update_uses_the_buffers_n_step_returns_and_discounts(loss: str) -> None
     assert np.allclose(batch.returns, 1 + 0.9 * 2 + 0.81 * 3) and np.allclose(
         batch.discounts, 0.729
     )
-    envs = type(
-        "Envs", (), {"single_observation_space": obs_space, "single_action_space": act_space}
-    )
-    config = dataclasses.replace(dqn.Config(), total_steps=100, learning_rate=1e-3, end_e=0.05,
-                                 exploration_fraction=0.5, target_network_frequency=10,
-                                 loss=loss)  # fmt: skip
+    config = dataclasses.replace(CONFIG, learning_rate=1e-3, end_e=0.05, loss=loss)
     torch.manual_seed(0)
-    agent = dqn.Agent(config, envs, torch.device("cpu"))
+    learner = dqn.DQN(config, obs_space, act_space, torch.device("cpu"))
+    learner.replay = buf  # uniform: update_priorities would raise, so the update must not call it
     with torch.no_grad():
-        q = agent.q(torch.as_tensor(batch.obs)).gather(1, torch.as_tensor(batch.actions)[:, None])
+        q = learner.net(torch.as_tensor(batch.obs)).gather(
+            1, torch.as_tensor(batch.actions)[:, None]
+        )
         y = (
             torch.as_tensor(batch.returns)
-            + 0.729 * agent.target(torch.as_tensor(batch.next_obs)).max(-1).values
+            + 0.729 * learner.target(torch.as_tensor(batch.next_obs)).max(-1).values
         )
-    stats, priorities = agent.update(batch, step=1)
+    stats = learner.update(batch)
     e = (q.squeeze(1) - y).abs()
     assert loss == "mse" or bool((e > 1).any())  # huber: some errors on its linear part
     per = e**2 if loss == "mse" else torch.where(e <= 1, e**2 / 2, e - 0.5)
     assert stats["losses/td_loss"] == pytest.approx(float(per.mean()), rel=1e-5)
-    assert priorities is None
 
 
 def test_the_minatar_papers_optimizer() -> None:
     """`--optimizer rmsprop`: centered RMSProp as the MinAtar paper's code ran it: squared-gradient
     momentum 0.95, eps (minimum squared gradient) 0.01, no momentum, at the learning rate asked
     for."""
-    envs = type("Envs", (), {"single_observation_space": spaces.Box(-1, 1, (2,), np.float32),
-                             "single_action_space": spaces.Discrete(2)})  # fmt: skip
-    config = dataclasses.replace(dqn.Config(), total_steps=100, learning_rate=2.5e-4,
-                                 end_e=0.1, exploration_fraction=0.5, optimizer="rmsprop")  # fmt: skip
-    opt = dqn.Agent(config, envs, torch.device("cpu")).optimizer
+    config = dataclasses.replace(CONFIG, optimizer="rmsprop")
+    opt = dqn.DQN(config, *SPACES, torch.device("cpu")).optimizer
     assert isinstance(opt, torch.optim.RMSprop)
     group = opt.param_groups[0]
     assert (group["lr"], group["alpha"], group["eps"], group["momentum"], group["centered"]) == (
@@ -100,18 +100,14 @@ def test_the_minatar_papers_optimizer() -> None:
         True,
     )
     assert len(group["params"]) == len(
-        list(dqn.Agent(config, envs, torch.device("cpu")).q.parameters())
+        list(dqn.DQN(config, *SPACES, torch.device("cpu")).net.parameters())
     )
 
 
 def test_the_q_network_starts_as_cleanrls_and_the_papers() -> None:
     """PyTorch's default initialization (non-zero biases; `--init orthogonal`: zero biases)."""
-    envs = type("Envs", (), {"single_observation_space": spaces.Box(-1, 1, (2,), np.float32),
-                             "single_action_space": spaces.Discrete(2)})  # fmt: skip
-    config = dataclasses.replace(dqn.Config(), total_steps=100, learning_rate=2.5e-4,
-                                 end_e=0.1, exploration_fraction=0.5)  # fmt: skip
     for init, nonzero in (("torch", True), ("orthogonal", False)):
-        q = dqn.Agent(dataclasses.replace(config, init=init), envs, torch.device("cpu")).q
+        q = dqn.DQN(dataclasses.replace(CONFIG, init=init), *SPACES, torch.device("cpu")).net
         assert bool(q.head.bias.abs().sum() > 0) is nonzero
 
 
@@ -130,8 +126,11 @@ def test_killed_run_resumes_its_counters_and_config_and_evaluates(tmp_path: Path
     assert 0 < saved < 8000
     assert not (run_dir / "log.txt").exists()  # it resumed with its replay: nothing to say
     state = run.load_checkpoint(run_dir)
-    assert state["global_step"] == 8000 and state["updates"] == 700  # every 10 steps after 1000
-    assert int(state["agent"]["policy"]["steps"]) == 8000  # the epsilon schedule's step counter
+    assert (
+        state["global_step"] == 8000 and state["trainer"]["updates"] == 700
+    )  # every 10 steps after 1000
+    # the epsilon schedule's step counter
+    assert int(state["trainer"]["learner"]["explorer_steps"]) == 8000
     assert [s for s, _ in metric(run_dir, "charts/SPS")] == list(range(2000, 8001, 1000))
     config = json.loads((run_dir / "config.json").read_text())["config"]
     assert config["buffer_size"] == 10_000 and config["n_step"] == 3 and config["double"]
@@ -148,7 +147,7 @@ def test_resume_without_saved_replay_refills_it_first(tmp_path: Path) -> None:
     assert "refills for 1000 steps" in (run_dir / "log.txt").read_text()
     before = max(0, saved - 1000) // 10  # updates every 10 steps after 1000, up to the checkpoint
     after = max(0, 400 - (saved + 1000) // 10)  # and again once 1000 new steps are in
-    assert run.load_checkpoint(run_dir)["updates"] == before + after
+    assert run.load_checkpoint(run_dir)["trainer"]["updates"] == before + after
 
 
 def test_atari_run_stores_single_frames(tmp_path: Path) -> None:
@@ -158,7 +157,7 @@ def test_atari_run_stores_single_frames(tmp_path: Path) -> None:
     config = json.loads((tmp_path / "run" / "config.json").read_text())["config"]
     assert config["preset"] == "atari" and config["learning_rate"] == 1e-4
     state = run.load_checkpoint(tmp_path / "run")
-    assert state["updates"] == 10  # every 4 steps after 200
+    assert state["trainer"]["updates"] == 10  # every 4 steps after 200
     with np.load(tmp_path / "run" / "replay.npz") as stored:  # single frames in rings
         assert stored["frames.frames"].shape[-2:] == (84, 84)
         table = stored["table"].dtype  # the transitions hold frame positions, no stacks

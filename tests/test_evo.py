@@ -18,12 +18,13 @@ import onebox.envs
 from onebox.algos.launch import eval_envs, play
 from onebox.cli import main
 from onebox.envs.base import EPISODE_CAP, time_limit
+from onebox.evo.build import params_of
 from onebox.evo.core import centered_ranks
 from onebox.evo.es import ES, ESParams
 from onebox.evo.evaluator import EvalResult, PopulationEvaluator
 from onebox.evo.ga import GA, GAParams, rebuild
 from onebox.evo.presets import MINATAR_CAP, PRESETS, Preset, env_family
-from onebox.evo.run import ESConfig, GAConfig, RSConfig, load_policy, params_of, resolve, run
+from onebox.evo.run import ESConfig, GAConfig, RSConfig, load_policy, resolve, run
 from onebox.nn.population import PopulationNet
 from onebox.run import load_checkpoint, load_config
 

@@ -66,7 +66,7 @@ def test_run_logs_checkpoints_evaluates_and_resumes(tmp_path: Path, capsys) -> N
     lags = [v for _, v in metric(run_dir, "charts/policy_lag")]
     assert min(lags) >= 0 and lags[1] >= 1
     state = run.load_checkpoint(run_dir)
-    assert state["global_step"] == 3200 and state["updates"] == 40
+    assert state["global_step"] == 3200 and state["trainer"]["updates"] == 40
     capsys.readouterr()
     assert cli.main(["eval", str(run_dir), "--episodes", "2"]) == 0
     assert "2 episodes" in capsys.readouterr().out
@@ -113,7 +113,7 @@ def test_process_actors_run_their_own_recurrent_policies_on_the_published_weight
     run_dir = train(tmp_path, "--env", "CartPole-v1", "--total-steps", "3200", "--actors", "2",
                     "--process-actors", "--inference", "local", "--lstm", "16",
                     "--env-splits", "2")  # fmt: skip
-    assert run.load_checkpoint(run_dir)["updates"] == 40
+    assert run.load_checkpoint(run_dir)["trainer"]["updates"] == 40
     # The actors reload each version the learner publishes (shared memory): an unroll lags the
     # learner by the unrolls ahead of it (about 9 at most: per actor 2 ring slots and the one
     # being written, 2 in the queue, 1 in the collector's hands; one update each), never by the
@@ -146,7 +146,9 @@ def test_killed_run_resumes_its_counters(tmp_path: Path) -> None:
     assert 0 < saved < 40000
     assert cli.main(["train", "--resume", str(run_dir)]) == 0
     state = run.load_checkpoint(run_dir)
-    assert state["global_step"] == 40000 and state["updates"] == 500  # 40000 / 80 updates
+    assert (
+        state["global_step"] == 40000 and state["trainer"]["updates"] == 500
+    )  # 40000 / 80 updates
     steps = [s for s, _ in metric(run_dir, "charts/SPS")]
     assert steps == list(range(80, 40001, 80))  # each update logged once, none lost
 
@@ -175,7 +177,7 @@ def test_killed_actor_process_is_restarted_and_training_goes_on(tmp_path: Path) 
     assert proc.returncode == 0, out
     assert [s for s, _ in metric(run_dir, "charts/SPS")] == list(range(80, 48001, 80))
     assert metric(run_dir, "charts/actor_restarts")[-1][1] == 1
-    assert run.load_checkpoint(run_dir)["updates"] == 600
+    assert run.load_checkpoint(run_dir)["trainer"]["updates"] == 600
 
 
 @pytest.mark.parametrize(

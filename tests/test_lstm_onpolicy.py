@@ -8,16 +8,20 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 import onebox.envs
 from learning import best_window
 from onebox import cli, run
 from onebox.algos import a2c, ppo
-from onebox.algos.onpolicy import Agent
 from onebox.nn.networks import ActorCritic
 from onebox.sampling import Rollout, Sampler, gae
+
+CARTPOLE = (spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2))
+"""CartPole's observation and action spaces (what the networks are made for)."""
 
 
 def train(tmp_path: Path, algo: str, *args: str) -> Path:
@@ -76,8 +80,9 @@ def test_ppo_first_minibatch_replays_the_behaviour_log_probs(double: bool) -> No
         d, _, _ = net.unroll(rollout.obs, starts, state)
         assert (net.log_prob(d, actions) - logprobs).abs().max() > 1e-2
     # Through the update: one minibatch of all envs, so every ratio is 1 (no KL, no clipping).
-    agent = Agent(net, torch.optim.Adam(net.parameters(), lr=1e-3), None, None)
-    stats = ppo.update(_config(num_minibatches=1), agent, rollout)
+    learner = ppo.PPO(_config(num_minibatches=1), *CARTPOLE, torch.device("cpu"))
+    learner.net.load_state_dict(net.state_dict())
+    stats = learner.update(rollout)
     assert abs(stats["losses/approx_kl"]) < 1e-6 and abs(stats["losses/old_approx_kl"]) < 1e-6
     assert stats["losses/clipfrac"] == 0.0
 
@@ -87,7 +92,8 @@ def test_a2c_loss_replays_the_stored_values() -> None:
     value loss is that of the stored values against the n-step returns."""
     net, rollout = recurrent_rollout(False, steps=5)
     config = dataclasses.replace(a2c.Config(), ent_coef=0.0, vf_coef=0.5, lstm=16)
-    _, stats = a2c.loss(config, net, rollout)
+    hp = a2c.A2C(config, *CARTPOLE, torch.device("cpu")).hp
+    _, stats = a2c.loss(net, rollout, hp, config.norm_adv)
     rewards = rollout.bootstrapped_rewards(0.99)
     _, returns = gae(rewards, rollout.values, rollout.ends, rollout.next_value, 0.99, 1.0)
     expected = ((rollout.values - returns) ** 2).mean().item()
@@ -117,7 +123,7 @@ def test_a3c_lstm_learns_cartpole(tmp_path: Path, capsys: pytest.CaptureFixture[
     run_dir = train(tmp_path, "a3c", "--lstm", "64", "--total-steps", "150000", "--actors", "2",
                     "--envs-per-actor", "16", "--learning-rate", "5e-3")  # fmt: skip
     assert best_window(run_dir) >= 75
-    assert "core.weight_hh_l0" in run.load_checkpoint(run_dir)["agent"]["net"]
+    assert "core.weight_hh_l0" in run.load_checkpoint(run_dir)["trainer"]["learner"]["net"]
     assert evaluates(run_dir, capsys)
 
 
@@ -128,14 +134,16 @@ def test_recurrent_run_resumes_and_evaluates(
                     "--num-steps", "32", "--sampler", "double")  # fmt: skip
     saved = json.loads((run_dir / "config.json").read_text())["config"]
     assert saved["lstm"] == 16
-    before = run.load_checkpoint(run_dir)["agent"]["net"]
+    before = run.load_checkpoint(run_dir)["trainer"]["learner"]["net"]
     assert before["core.weight_hh_l0"].shape == (64, 16)
     cfg = run.load_config(run_dir)
     run.save_config(run_dir, dataclasses.replace(cfg, total_steps=2048))
     assert cli.main(["train", "--resume", str(run_dir)]) == 0
     state = run.load_checkpoint(run_dir)
     assert state["global_step"] == 2048
-    assert not torch.equal(state["agent"]["net"]["core.weight_hh_l0"], before["core.weight_hh_l0"])
+    assert not torch.equal(
+        state["trainer"]["learner"]["net"]["core.weight_hh_l0"], before["core.weight_hh_l0"]
+    )
     assert evaluates(run_dir, capsys)
 
 

@@ -21,6 +21,8 @@ from onebox.algos import ppo
 from onebox.nn.networks import ActorCritic
 from onebox.sampling import Rollout
 
+CPU = torch.device("cpu")
+
 
 def train(tmp_path: Path, *args: str) -> Path:
     assert cli.main(["train", "ppo", "--runs-dir", str(tmp_path), "--name", "run", *args]) == 0
@@ -59,7 +61,7 @@ def test_pong_run_logs_checkpoints_and_evaluates(tmp_path: Path) -> None:
     ):
         assert [s for s, _ in metric(run_dir, tag)] == [128, 256], tag  # fmt: skip
     state = run.load_checkpoint(run_dir)
-    assert state["global_step"] == 256 and state["iteration"] == 2
+    assert state["global_step"] == 256 and state["trainer"]["updates"] == 2
     assert list(run_dir.glob("events.out.tfevents.*"))
 
 
@@ -103,7 +105,7 @@ def test_killed_run_resumes_its_counters_and_config(tmp_path: Path) -> None:
     assert cli.main(["train", "--resume", str(run_dir)]) == 0
     assert (run_dir / "config.json").read_text() == config_before
     state = run.load_checkpoint(run_dir)
-    assert state["global_step"] == 59904 and state["iteration"] == 117  # 60000 // 512 iterations
+    assert state["global_step"] == 59904 and state["trainer"]["updates"] == 117  # 60000 // 512
     steps = [s for s, _ in metric(run_dir, "charts/SPS")]
     assert steps == list(range(512, 59905, 512))  # each iteration logged once, none lost
 
@@ -163,8 +165,9 @@ def test_update_losses_match_hand_computed_values() -> None:
     )  # fmt: skip
     config = ppo.Config(num_envs=2, num_steps=4, num_minibatches=1, update_epochs=1,
                         learning_rate=1e-3, clip_coef=0.2, ent_coef=0.01, total_steps=8)  # fmt: skip
-    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
-    stats = ppo.update(config, ppo.Agent(net, optimizer, None, None), rollout)
+    learner = ppo.PPO(config, spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2), CPU)
+    learner.net.load_state_dict(net.state_dict())
+    stats = learner.update(rollout)
     # GAE by hand with next_value 0, gamma 0.99, lambda 0.95:
     v = values.view(4, 2).numpy()
     adv = np.zeros((4, 2))
@@ -223,16 +226,14 @@ def test_target_kl_stops_the_epochs_early() -> None:
     )  # fmt: skip
 
     def optimizer_steps(target_kl: float | None) -> int:
-        model = ActorCritic(
-            spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
-        )
-        model.load_state_dict(net.state_dict())
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         config = ppo.Config(num_envs=2, num_steps=8, num_minibatches=2, update_epochs=4,
                             learning_rate=1e-2, clip_coef=0.2, ent_coef=0.0, total_steps=16,
                             target_kl=target_kl)  # fmt: skip
-        ppo.update(config, ppo.Agent(model, opt, None, None), rollout)
-        return int(opt.state[next(iter(model.parameters()))]["step"])
+        learner = ppo.PPO(config, spaces.Box(-1, 1, (3,), np.float32),
+                          spaces.Box(-1, 1, (2,), np.float32), CPU)  # fmt: skip
+        learner.net.load_state_dict(net.state_dict())
+        learner.update(rollout)
+        return int(learner.optimizer.state[next(iter(learner.net.parameters()))]["step"])
 
     assert optimizer_steps(None) == 8  # 4 epochs x 2 minibatches
     assert optimizer_steps(1e-12) == 2  # the KL after the first epoch is above any tiny target

@@ -58,8 +58,9 @@ def test_killed_run_resumes_its_counters_and_config_and_evaluates(tmp_path: Path
                                      "--total-steps", "20480")  # fmt: skip
     assert 0 < saved < 20480
     state = run.load_checkpoint(run_dir)
-    assert state["global_step"] == 20480 and state["iteration"] == 40
-    assert int(state["agent"]["net"]["steps"]) == 20480  # the epsilon schedule's step counter
+    assert state["global_step"] == 20480 and state["trainer"]["updates"] == 40
+    learner = state["trainer"]["learner"]
+    assert int(learner["net"]["steps"]) == 20480  # the epsilon schedule's step counter
     assert [s for s, _ in metric(run_dir, "charts/SPS")] == list(range(512, 20481, 512))
     eps = dict(metric(run_dir, "charts/epsilon"))  # 1 -> 0.05 over the first 10240 steps
     assert eps[5120] == pytest.approx(0.525) and eps[20480] == pytest.approx(0.05)

@@ -17,7 +17,7 @@ import torch
 
 from learning import kill_and_resume, last_mean, metric, refused
 from onebox import cli, run
-from onebox.algos import r2d2
+from onebox.algos import actor_learner, driver, r2d2
 from onebox.replay import SequenceBatch
 from onebox.sampling.actor_client import InferResult
 from onebox.sampling.actors import ThreadActor
@@ -92,12 +92,11 @@ def test_stored_state_replayed_through_burn_in_is_the_actors() -> None:
     torch.set_num_threads(
         1
     )  # as runs do (`--torch-threads`): tiny LSTM calls on many threads crawl
-    spec = r2d2.actor_spec(config)
-    with spec.make_pool(0) as probe:
-        spaces_ = (probe.single_observation_space, probe.single_action_space)
+    spaces_ = driver.probe_spaces(config)
     torch.manual_seed(0)
-    setup = r2d2.setup(config, *spaces_, torch.device("cpu"))
-    learner, table = setup.learner, setup.channel.buffer  # type: ignore[attr-defined]
+    learner = r2d2.R2D2(config, *spaces_, torch.device("cpu"))
+    table = learner.make_channel(*spaces_).buffer
+    spec = actor_learner.actor_spec(config, learner.outputs, learner.state_size)
     channel = Tee(table, 2, 2, 2)
     with InferenceServer(learner.policy, *spaces_, lstm=config.lstm, outputs=learner.outputs,
                          timeout_ms=0.0) as server:  # fmt: skip
@@ -157,15 +156,12 @@ def test_actor_side_policy_records_the_states_the_server_does() -> None:
         env="CartPole-v1", env_options={"max_episode_steps": "5"}, actors=1, envs_per_actor=3,
         unroll=6, lstm=8, hidden=(16,), device="cpu", seed=3, ray="auto",
     ))  # fmt: skip
-    spec = r2d2.actor_spec(config)
-    with spec.make_pool(0) as probe:
-        spaces_ = (probe.single_observation_space, probe.single_action_space)
+    spaces_ = driver.probe_spaces(config)
     torch.manual_seed(0)
-    setup = r2d2.setup(config, *spaces_, torch.device("cpu"))
-    learner = setup.learner
-    learner.epsilons.zero_()  # (the actor-side policy shares them)
-    assert setup.local is not None
-    local = setup.local(0, Weights(learner.net, 0))
+    learner = r2d2.R2D2(config, *spaces_, torch.device("cpu"))
+    spec = actor_learner.actor_spec(config, learner.outputs, learner.state_size)
+    learner.epsilons.zero_()  # (the actor-side policy copies them)
+    local = actor_learner.actor_policies(config, learner)(0, Weights(learner.net, 0))
     with InferenceServer(learner.policy, *spaces_, lstm=config.lstm, outputs=learner.outputs,
                          timeout_ms=0.0) as server:  # fmt: skip
         central = run_collect(spec, functools.partial(server.infer, 0), unrolls=3)
@@ -191,7 +187,7 @@ def test_a_restarted_actors_new_episodes_start_new_sequences() -> None:
         env="CartPole-v1", actors=1, envs_per_actor=2, unroll=6, lstm=4, seq_len=4, overlap=0,
         burn_in=0, buffer_size=20, batch_size=2, learning_starts=2, device="cpu",
     ))  # fmt: skip
-    spec = r2d2.actor_spec(config)
+    spec = actor_learner.actor_spec(config, {"h": ((4,), np.float32), "c": ((4,), np.float32)}, 4)
     calls = [0]
 
     def alternate(ids, obs, starts):  # CartPole outlives 6 steps of alternating pushes
@@ -200,9 +196,8 @@ def test_a_restarted_actors_new_episodes_start_new_sequences() -> None:
         actions = np.full(len(ids), calls[0] % 2, np.int64)
         return InferResult(actions, {"h": zeros, "c": zeros}, 0, (zeros, zeros))
 
-    with spec.make_pool(0) as probe:
-        spaces_ = (probe.single_observation_space, probe.single_action_space)
-    channel = r2d2.setup(config, *spaces_, torch.device("cpu")).channel
+    spaces_ = driver.probe_spaces(config)
+    channel = r2d2.R2D2(config, *spaces_, torch.device("cpu")).make_channel(*spaces_)
     lives = [run_collect(spec, alternate, unrolls=1)[0] for _ in range(2)]
     lives[1]["obs"] += 1.0  # told apart from the first life's (same seed)
     stop = threading.Event()
@@ -228,8 +223,9 @@ def test_short_run_folder_checkpoint_resume_and_eval(tmp_path: Path, capsys) -> 
     assert 0 < saved_step < 8000
     assert (run_dir / "replay.npz").exists()
     state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
-    assert state["global_step"] >= 8000 and state["updates"] > 0
-    assert set(state) >= {"net", "target", "optimizer", "updates", "global_step", "rng"}
+    assert state["global_step"] >= 8000 and state["trainer"]["updates"] > 0
+    assert set(state) >= {"trainer", "env_seeds", "global_step", "rng"}
+    assert set(state["trainer"]["learner"]) >= {"net", "target", "optimizer", "updates"}
     config = run.load_config(run_dir)
     assert config.total_steps == 8000 and config.lstm == 64 and config.preset == "classic"
     losses = [s for s, _ in metric(run_dir, "losses/td_loss")]
@@ -251,7 +247,6 @@ def test_short_run_folder_checkpoint_resume_and_eval(tmp_path: Path, capsys) -> 
         (["--buffer-size", "16"], "is smaller than a batch"),
         (["--overlap", "20"], "--overlap must be in [0, --seq-len=20)"),
         (["--actors", "0"], "--actors must be positive"),
-        (["--samples-per-insert", "0"], "--anneal-lr counts the learner updates"),
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path: Path, capsys, args, message) -> None:

@@ -61,8 +61,8 @@ def test_killed_run_resumes_its_counters_and_config_and_evaluates(tmp_path: Path
                                      "--buffer-size", "4000", "--save-replay")  # fmt: skip
     assert 0 < saved < 1300
     state = run.load_checkpoint(run_dir)
-    assert state["global_step"] == 1300 and state["updates"] == 300
-    assert state["agent"]["updates"] == 300
+    assert state["global_step"] == 1300 and state["trainer"]["updates"] == 300
+    assert state["trainer"]["learner"]["updates"] == 300
     config = json.loads((run_dir / "config.json").read_text())["config"]
     assert config["buffer_size"] == 4000 and config["batch_size"] == 256  # preset: 256
     capsys.readouterr()

@@ -25,6 +25,7 @@ from learning import best_window, metric, start_until_checkpoint  # noqa: E402
 from onebox import cli, run  # noqa: E402
 from onebox.cluster import actor_hosts  # noqa: E402
 from onebox.cluster.evolve_hosts import RayPopulation  # noqa: E402
+from onebox.evo import build  # noqa: E402
 from onebox.evo import run as evo  # noqa: E402
 from onebox.sampling.inference import InferResult  # noqa: E402
 from onebox.sampling.rollout import Rollout  # noqa: E402
@@ -150,8 +151,8 @@ def evolve_fitnesses(config: evo.AnyConfig, generations: int, hosts: int | None,
     """Each generation's fitnesses, the frames used and the host replacements, evaluated on one
     machine (`hosts` None) or on Ray hosts (`kill`: host 0 killed after the first round)."""
     config = evo.resolve(config)
-    with evo.make_evaluator(config) as evaluator:
-        algo = evo.make_algorithm(config, evaluator)
+    with build.make_evaluator(config) as evaluator:
+        algo = build.make_algorithm(config, evaluator)
         step, population = evo.step_generation, None
         if hosts is not None:
             population = RayPopulation(config, hosts, algo, max_restarts=1)

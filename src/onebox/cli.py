@@ -23,7 +23,12 @@ chosen, so `onebox --help` stays fast and one command's heavy imports (torch, en
 down another. To add a command, write its config and run function in their own module and add one
 `Command` to `COMMANDS` (or to a group in it):
 
-    "train": Group("Train an agent.", {"ppo": Command("PPO.", "onebox.algos.ppo:Config", ...)})
+    "bench": Group("Benchmarks.", {
+        "envs": Command("Env steps/s.", "onebox.bench.envs:EnvBenchConfig", "onebox.bench.envs:run")
+    })
+
+The `train` and `evolve` groups are built from `onebox.registry`, which the library reads too (to
+tell which command made a run folder): a learner or an evolution algorithm is an entry there.
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ import dataclasses
 import importlib
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import tyro
+
+from onebox import registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,56 +115,8 @@ COMMANDS: dict[str, Command | Group] = {
         "`onebox train "
         "--resume RUN` continues a run.",
         {
-            "ppo": Command(
-                "PPO with CleanRL's defaults per env family.",
-                config="onebox.algos.ppo:Config",
-                run="onebox.algos.launch:train",
-            ),
-            "impala": Command(
-                "IMPALA: actor threads, central batched inference, V-trace learner.",
-                config="onebox.algos.impala:Config",
-                run="onebox.algos.launch:train",
-            ),
-            "appo": Command(
-                "APPO: IMPALA's actors and inference, PPO's clipped loss on V-trace targets.",
-                config="onebox.algos.appo:Config",
-                run="onebox.algos.launch:train",
-            ),
-            "apex": Command(
-                "Ape-X DQN: actors with their own epsilons, central inference, prioritized replay.",
-                config="onebox.algos.apex:Config",
-                run="onebox.algos.launch:train",
-            ),
-            "r2d2": Command(
-                "R2D2: Ape-X with an LSTM Q-network trained on stored sequences with burn-in.",
-                config="onebox.algos.r2d2:Config",
-                run="onebox.algos.launch:train",
-            ),
-            "a2c": Command(
-                "A2C (synchronous advantage actor-critic) with Stable-Baselines3's defaults.",
-                config="onebox.algos.a2c:Config",
-                run="onebox.algos.launch:train",
-            ),
-            "a3c": Command(
-                "A3C: Hogwild worker processes (--actors N) updating one shared model.",
-                config="onebox.algos.a3c:Config",
-                run="onebox.algos.launch:train",
-            ),
-            "dqn": Command(
-                "DQN (double, dueling, n-step, prioritized options) with CleanRL's defaults.",
-                config="onebox.algos.dqn:Config",
-                run="onebox.algos.launch:train",
-            ),
-            "pqn": Command(
-                "PQN: parallel Q(lambda) with layer norm, no replay, no target network.",
-                config="onebox.algos.pqn:Config",
-                run="onebox.algos.launch:train",
-            ),
-            "sac": Command(
-                "SAC for continuous actions with CleanRL's defaults.",
-                config="onebox.algos.sac:Config",
-                run="onebox.algos.launch:train",
-            ),
+            name: Command(entry.help, config=entry.config, run="onebox.algos.launch:train")
+            for name, entry in registry.LEARNERS.items()
         },
         fallback=Command(
             "Continue a run from its last checkpoint.",
@@ -202,7 +160,7 @@ COMMANDS: dict[str, Command | Group] = {
             ),
             "gpu": Command(
                 "The GPU suite in one markdown report (benchmarks/gpu.sh installs and tests first).",
-                config="onebox.bench.gpu:GpuBenchConfig",
+                config="onebox.bench.gpu_common:GpuBenchConfig",
                 run="onebox.bench.gpu:run",
             ),
             "replay": Command(
@@ -230,21 +188,8 @@ COMMANDS: dict[str, Command | Group] = {
     "evolve": Group(
         "Neuroevolution: ga, es, rs; `onebox evolve --resume RUN` continues a run.",
         {
-            "ga": Command(
-                "Deep GA (Uber): truncation selection, elitism, Gaussian mutation.",
-                config="onebox.evo.run:GAConfig",
-                run="onebox.evo.run:run",
-            ),
-            "es": Command(
-                "OpenAI ES: antithetic pairs, centered ranks, Adam.",
-                config="onebox.evo.run:ESConfig",
-                run="onebox.evo.run:run",
-            ),
-            "rs": Command(
-                "Random search: fresh random networks or ARS.",
-                config="onebox.evo.run:RSConfig",
-                run="onebox.evo.run:run",
-            ),
+            name: Command(entry.help, config=entry.config, run="onebox.evo.run:run")
+            for name, entry in registry.ALGORITHMS.items()
         },
         fallback=Command(
             "Continue an evolve run from its last checkpoint.",
@@ -279,24 +224,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"onebox: error: {e}", file=sys.stderr)  # `--video` without what it needs
         code = 1
     return int(code or 0)
-
-
-def command_of(run_dir: str | Path) -> tuple[str, str]:
-    """The command that made the run in `run_dir`, as ("train" or "evolve", its name), from the
-    config type its `config.json` names (nothing is imported for this); ValueError if none did."""
-    from onebox.run.folder import config_type
-
-    target = config_type(Path(run_dir))
-    for group in ("train", "evolve"):
-        node = COMMANDS[group]
-        assert isinstance(node, Group)
-        for name, command in node.commands.items():
-            if isinstance(command, Command) and command.config == target:
-                return group, name
-    raise ValueError(
-        f"{Path(run_dir) / 'config.json'} names the config {target!r}, which no `onebox train` "
-        "or `onebox evolve` command makes: not a run onebox can resume or evaluate"
-    )
 
 
 def _dispatch(node: Command | Group, args: list[str], prog: str) -> Any:

@@ -18,16 +18,15 @@ rollouts, and the loss replays the whole rollout with one `unroll` from the stor
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from onebox.algos import onpolicy
-from onebox.algos.common import check_positive
-from onebox.algos.onpolicy import Agent, build_agent, resolve_common, run_loop
+from onebox.algos.common import check_positive, fill_log_every
+from onebox.algos.onpolicy import ActorCriticLearner, OnPolicyTrainer, resolve_common
+from onebox.algos.trainer import NONNEGATIVE, POSITIVE, UNIT, Hyperparams, tunables
 from onebox.nn.accel import AccelFields
 from onebox.nn.networks import ActorCritic
 from onebox.run.config import TorchConfig
@@ -39,6 +38,8 @@ from onebox.sampling import Rollout, gae
 class Config(TorchConfig, AccelFields):
     """Train an agent with A2C. Fields left unset come from the env family's preset."""
 
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"lstm"})
+
     preset: Literal["auto", "classic", "atari", "continuous"] = "auto"
     total_steps: int | None = None
     """Env steps to train for (preset: 500k classic, 10M Atari, 1M continuous)."""
@@ -48,8 +49,6 @@ class Config(TorchConfig, AccelFields):
     """Steps per env in each rollout: the n of the n-step returns."""
     learning_rate: float = 7e-4
     """RMSprop learning rate."""
-    anneal_lr: bool = False
-    """Anneal the learning rate linearly to 0 over the run."""
     rms_alpha: float = 0.99
     """RMSprop smoothing constant."""
     rms_eps: float = 1e-5
@@ -77,8 +76,6 @@ class Config(TorchConfig, AccelFields):
     (needs even num_envs)."""
     num_threads: int | None = None
     """Env pool threads (default: physical cores); with `--sampler double`, per half's pool."""
-    log_every: int = 100
-    """Log the losses every this many updates (episodes are always logged)."""
 
 
 PRESETS = Presets(Config, {
@@ -95,42 +92,43 @@ PRESETS = Presets(Config, {
 def resolve(config: Config) -> Config:
     """Fill the preset and check every field; raise ValueError before any work starts."""
     config = resolve_common(config, PRESETS)
-    check_positive(config, "rms_eps", "log_every", "max_grad_norm")
+    check_positive(config, "rms_eps", "max_grad_norm")
     if not 0 <= config.rms_alpha < 1:
         raise ValueError(f"--rms-alpha must be in [0, 1), got {config.rms_alpha}")
-    return config
+    return fill_log_every(config, 100 * config.num_envs * config.num_steps)  # 100 updates
 
 
-def make_agent(config: Config, envs: Any, device: torch.device) -> Agent:
-    """The actor-critic with RMSprop and the normalizers the config asks for."""
-    return build_agent(
-        config,
-        envs,
-        device,
-        lambda params: torch.optim.RMSprop(
-            params, lr=config.learning_rate, alpha=config.rms_alpha, eps=config.rms_eps
-        ),
-    )
+TUNABLE = tunables(
+    learning_rate=POSITIVE,
+    gamma=UNIT,
+    gae_lambda=UNIT,
+    ent_coef=NONNEGATIVE,
+    vf_coef=NONNEGATIVE,
+    max_grad_norm=POSITIVE,
+)
+"""A2C's (and A3C's) tunable hyperparameters."""
 
 
-def loss(config: Any, net: ActorCritic, rollout: Rollout) -> tuple[torch.Tensor, dict[str, float]]:
-    """The actor-critic loss of one rollout and its parts to log. `config` gives gamma,
-    gae_lambda, norm_adv, ent_coef and vf_coef (A3C's workers use it too). A recurrent net
-    replays the rollout from its stored initial state and episode starts."""
-    rewards = rollout.bootstrapped_rewards(config.gamma)
+def loss(net: ActorCritic, rollout: Rollout, hp: Hyperparams,
+         norm_adv: bool) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    """The actor-critic loss of one rollout and its parts to log, with `hp`'s gamma,
+    gae_lambda, ent_coef and vf_coef (A3C's workers use it too). A recurrent net replays the
+    rollout from its stored initial state and episode starts."""
+    gamma = hp.gamma
+    rewards = rollout.bootstrapped_rewards(gamma)
     advantages, returns = gae(rewards, rollout.values, rollout.ends, rollout.next_value,
-                              config.gamma, config.gae_lambda)  # fmt: skip
+                              gamma, hp.gae_lambda)  # fmt: skip
     if net.recurrent and (rollout.starts is None or rollout.state is None):
         raise ValueError("a recurrent net's loss needs a rollout with starts and state")
     dist, values, _ = net.unroll(rollout.obs, rollout.starts, rollout.state)
     logprobs = net.log_prob(dist, rollout.actions.flatten(0, 1))
     adv = advantages.flatten()
-    if config.norm_adv:
+    if norm_adv:
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     pg_loss = -(adv * logprobs).mean()
     v_loss = F.mse_loss(values, returns.flatten())
     entropy = net.entropy(dist).mean()
-    total = pg_loss - config.ent_coef * entropy + config.vf_coef * v_loss
+    total = pg_loss - hp.ent_coef * entropy + hp.vf_coef * v_loss
     return total, {
         "losses/policy_loss": pg_loss.item(),
         "losses/value_loss": v_loss.item(),
@@ -138,22 +136,26 @@ def loss(config: Any, net: ActorCritic, rollout: Rollout) -> tuple[torch.Tensor,
     }
 
 
-def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
-    """One gradient step on one rollout; returns the losses to log."""
-    total, stats = loss(config, agent.net, rollout)
-    agent.optimizer.zero_grad()
-    total.backward()
-    nn.utils.clip_grad_norm_(agent.net.parameters(), config.max_grad_norm)
-    agent.optimizer.step()
-    return stats
+class A2C(ActorCriticLearner):
+    """The actor-critic with RMSprop, one gradient step per rollout."""
+
+    tunable = TUNABLE
+
+    def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
+        c = self.config
+        return torch.optim.RMSprop(params, lr=c.learning_rate, alpha=c.rms_alpha, eps=c.rms_eps)
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """One gradient step on one rollout; returns the losses to log."""
+        total, stats = loss(self.net, rollout, self.hp, self.config.norm_adv)
+        self.optimizer.zero_grad()
+        total.backward()
+        nn.utils.clip_grad_norm_(self.net.parameters(), self.hp.max_grad_norm)
+        self.optimizer.step()
+        return stats
 
 
-def train(config: Config, resume: Path | None = None) -> Path:
-    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    return run_loop(config, "a2c", resume, resolve=resolve, make_agent=make_agent, update=update,
-                    log_every=config.log_every)  # fmt: skip
+class Trainer(OnPolicyTrainer):
+    """A2C on the sampler: a rollout of n steps, then one gradient step."""
 
-
-def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
-    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    return onpolicy.load_policy(run_dir, config, make_agent, device)
+    make_learner = A2C

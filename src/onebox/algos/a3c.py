@@ -17,7 +17,9 @@ through its n-step segments, and the gradient replays each segment from its init
 
 Presets per env family set the run length, the envs per worker and the entropy bonus (`classic`:
 500k steps, 8 envs and none, as A2C's; `atari`: 10M steps, 4 envs and 0.01, as the paper); the
-learning rate anneals linearly to 0 over the run (each worker sets it from the global step).
+learning rate anneals linearly to 0 over the run: the driver sets the run's progress in the
+hyperparameters, which live in shared memory, and each worker loads them before each update (so
+a value set on the running trainer reaches every worker's next update).
 On CartPole-v1 the default run ended with a mean of the last 20 episodes of 500 for each of seeds
 1-8; with 4 envs per worker it ended at 247 for seed 5, and with 4 envs and an entropy bonus of
 0.01 at 359-422 (seeds 1 and 4).
@@ -27,30 +29,28 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import time
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import multiprocessing as mp
 from torch import nn
 
 import onebox.envs
-from onebox import run
-from onebox.algos import a2c
+from onebox.algos import a2c, trainer
 from onebox.algos.common import (
     check_lstm,
     check_positive,
+    fill_log_every,
     greedy_policy,
     parse_env_options,
     probe_env,
     seed_everything,
 )
-from onebox.algos.onpolicy import Agent
+from onebox.algos.trainer import EnvSeeds, Learner, Step
 from onebox.nn.networks import ActorCritic
-from onebox.run.config import TrainConfig
+from onebox.run.config import Switch, TrainConfig
 from onebox.run.presets import Presets
-from onebox.sampling import Sampler
+from onebox.sampling import Rollout, Sampler
 from onebox.supervisor import FROM_WORKER, RestartLimitError, Supervisor, Worker
 
 
@@ -58,6 +58,8 @@ from onebox.supervisor import FROM_WORKER, RestartLimitError, Supervisor, Worker
 class Config(TrainConfig):
     """Train an agent with A3C: Hogwild worker processes sharing one model. Fields left unset
     come from the env family's preset."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"lstm"})
 
     preset: Literal["auto", "classic", "atari", "continuous"] = "auto"
     total_steps: int | None = None
@@ -71,8 +73,7 @@ class Config(TrainConfig):
     """Steps per env between a worker's updates: the n of the n-step returns (t_max)."""
     learning_rate: float = 7e-4
     """Shared RMSprop learning rate."""
-    anneal_lr: bool = True
-    """Anneal the learning rate linearly to 0 over the run (each worker from the global step)."""
+    anneal_lr: Switch = True
     rms_alpha: float = 0.99
     """RMSprop smoothing constant."""
     rms_eps: float = 1e-5
@@ -95,8 +96,6 @@ class Config(TrainConfig):
     """Env pool threads in each worker."""
     max_restarts: int = 10
     """Worker restarts allowed before the run fails (a worker that keeps dying is a bug)."""
-    log_every: int = 100
-    """Each worker sends its mean losses every this many of its updates."""
 
 
 PRESETS = Presets(Config, {
@@ -115,7 +114,7 @@ def resolve(config: Config) -> Config:
     ActorCritic.check_spaces(obs_space, act_space)
     config = PRESETS.fill(config, config.preset if config.preset != "auto" else family)
     check_positive(config, "total_steps", "actors", "envs_per_actor", "num_steps")
-    check_positive(config, "learning_rate", "rms_eps", "max_grad_norm", "num_threads", "log_every")
+    check_positive(config, "learning_rate", "rms_eps", "max_grad_norm", "num_threads")
     check_lstm(config.lstm)
     if config.max_restarts < 0:
         raise ValueError(f"--max-restarts must be >= 0, got {config.max_restarts}")
@@ -125,34 +124,75 @@ def resolve(config: Config) -> Config:
         raise ValueError(f"--rms-alpha must be in [0, 1), got {config.rms_alpha}")
     if config.ent_coef < 0:
         raise ValueError(f"--ent-coef must be >= 0, got {config.ent_coef}")
-    return config
+    return fill_log_every(config, 1000)
 
 
 # ---- the shared model ---------------------------------------------------------------------------
 
 
-def make_agent(config: Config, envs: Any) -> Agent:
-    """The actor-critic and its RMSprop (on the CPU: the workers share them in memory)."""
-    net = ActorCritic(envs.single_observation_space, envs.single_action_space, lstm=config.lstm)
-    optimizer = torch.optim.RMSprop(
-        net.parameters(), lr=config.learning_rate, alpha=config.rms_alpha, eps=config.rms_eps
-    )
-    return Agent(net, optimizer, None, None)
+class A3C(Learner):
+    """The shared actor-critic and its RMSprop (on the CPU: the workers share them in memory,
+    with the hyperparameters). In a worker, `update` computes A2C's loss on the worker's own
+    copy of the network (`local`), copies its gradient onto the shared model and steps the
+    shared optimizer, without locks."""
 
+    tunable = a2c.TUNABLE
+    local: ActorCritic | None = None
+    """The worker's copy of the network (set in each worker)."""
 
-def share(agent: Agent) -> None:
-    """Move the weights and the optimizer's statistics to shared memory, creating the statistics
-    now (RMSprop would create them lazily, privately in each worker)."""
-    agent.net.share_memory()
-    for group in agent.optimizer.param_groups:
-        for p in group["params"]:
-            state = agent.optimizer.state[p]
-            if not state:
-                state["step"] = torch.zeros((), dtype=torch.float32)
-                state["square_avg"] = torch.zeros_like(p)
-            for value in state.values():
-                if torch.is_tensor(value):
-                    value.share_memory_()
+    def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device):
+        self.config = config
+        self.net = ActorCritic(obs_space, act_space, lstm=config.lstm)
+        self.optimizer = torch.optim.RMSprop(self.net.parameters(), lr=config.learning_rate,
+                                             alpha=config.rms_alpha, eps=config.rms_eps)  # fmt: skip
+        self.hp = self.make_hyperparams(config)
+        self.hp.bind("learning_rate", self.optimizer)
+
+    def attach(self, local: ActorCritic) -> None:
+        """In a worker: its own copy of the network to compute gradients on, and this
+        process's view of the shared optimizer bound to the shared learning rate."""
+        self.local = local
+        self.hp.bind("learning_rate", self.optimizer)
+
+    def share(self) -> None:
+        """Move the weights, the optimizer's statistics and the hyperparameters to shared
+        memory, creating the statistics now (RMSprop would create them lazily, privately in
+        each worker)."""
+        self.net.share_memory()
+        self.hp.share_memory()
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                state = self.optimizer.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["square_avg"] = torch.zeros_like(p)
+                for value in state.values():
+                    if torch.is_tensor(value):
+                        value.share_memory_()
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        local = self.local
+        assert local is not None, "A3C's update runs in a worker, on its copy of the network"
+        total, stats = a2c.loss(local, rollout, self.hp, self.config.norm_adv)
+        local.zero_grad()
+        total.backward()
+        nn.utils.clip_grad_norm_(local.parameters(), self.hp.max_grad_norm)
+        for mine, theirs in zip(local.parameters(), self.net.parameters(), strict=True):
+            theirs.grad = mine.grad
+        self.hp.apply()  # this process's view of the shared optimizer: the current rate
+        self.optimizer.step()  # Hogwild: no lock around the shared weights
+        return stats
+
+    def greedy(self, device: torch.device) -> Any:
+        return greedy_policy(self.net.to(device), device)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.hp.apply()
 
 
 # ---- the workers --------------------------------------------------------------------------------
@@ -165,7 +205,7 @@ def worker(
     rank: int,
     seed: int,
     config: Config,
-    agent: Agent,
+    learner: A3C,
     steps: torch.Tensor,
     stop: torch.Tensor,
     reports: Any,
@@ -174,15 +214,16 @@ def worker(
 
     `steps[rank]` counts the env steps of this rank (shared, one writer each), `stop[0]` tells it
     to stop; both are lock-free shared tensors, so a worker killed at any point leaves no lock
-    held that the others or the main process would wait on."""
+    held that the others or the main process would wait on. Its mean losses go out once the
+    run's steps pass a multiple of `log_every`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
     torch.set_num_threads(1)
     seed_everything(seed)
     envs = onebox.envs.make(config.env, config.envs_per_actor, num_threads=config.num_threads,
                             seed=seed, autoreset_mode="SameStep",
                             **parse_env_options(config.env_options))  # fmt: skip
-    shared, optimizer = agent.net, agent.optimizer
     local = ActorCritic(envs.single_observation_space, envs.single_action_space, lstm=config.lstm)
+    learner.attach(local)
     sampler = Sampler(envs, local, config.num_steps)
     sampler.reset(seed=seed)
     batch = config.envs_per_actor * config.num_steps
@@ -190,28 +231,19 @@ def worker(
     updates = 0
     with envs:
         while not stop[0] and int(steps.sum()) < config.total_steps:
-            local.load_state_dict(shared.state_dict())
-            rollout = sampler.collect()
-            total, stats = a2c.loss(config, local, rollout)
-            local.zero_grad()
-            total.backward()
-            nn.utils.clip_grad_norm_(local.parameters(), config.max_grad_norm)
-            for mine, theirs in zip(local.parameters(), shared.parameters(), strict=True):
-                theirs.grad = mine.grad
-            if config.anneal_lr:
-                frac = max(0.0, 1.0 - int(steps.sum()) / config.total_steps)
-                optimizer.param_groups[0]["lr"] = frac * config.learning_rate
-            optimizer.step()  # Hogwild: no lock around the shared weights
+            local.load_state_dict(learner.net.state_dict())
+            stats = learner.update(sampler.collect())
+            before = int(steps.sum())
             steps[rank] += batch
-            step = int(steps.sum())
+            step = before + batch
             updates += 1
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + value
             returns, lengths = sampler.episodes.pop()
             means = None
-            if updates % config.log_every == 0:
-                means = {key: value / config.log_every for key, value in sums.items()}
-                sums = {}
+            if step // config.log_every > before // config.log_every:
+                means = {key: value / updates for key, value in sums.items()}
+                sums, updates = {}, 0
             if returns or means:
                 reports.send((rank, step, returns, lengths, means))
     reports.close()
@@ -221,24 +253,22 @@ class Workers:
     """The worker processes, on a `Supervisor`: started, watched through their sentinels,
     restarted when they die (up to `max_restarts` in all), and stopped. Each sends its reports
     through its own pipe, so a worker killed in the middle of a message breaks nothing of the
-    others'. Every start (restarts included) gets its own seeds.
+    others'. Every start (restarts included) takes fresh env seeds from the run's `EnvSeeds`.
     """
 
-    def __init__(self, config: Config, agent: Agent, step: int, starts: int) -> None:
-        self.config, self.agent = config, agent
+    def __init__(self, config: Config, learner: A3C, step: int, seeds: EnvSeeds) -> None:
+        self.config, self.learner, self.seeds = config, learner, seeds
         self.steps = torch.zeros(config.actors, dtype=torch.int64).share_memory_()
         self.steps[0] = step
         self.stop = torch.zeros(1, dtype=torch.bool).share_memory_()
-        self.starts = starts
         self.sup = Supervisor(mp.get_context("spawn"), worker, pipes=(FROM_WORKER,),
                               name="onebox-a3c", max_total_restarts=config.max_restarts)  # fmt: skip
         for rank in range(config.actors):
             self.sup.add(Worker(rank), *self._args(rank))
 
     def _args(self, rank: int) -> tuple:
-        seed = self.config.seed + (1 + self.starts) * self.config.envs_per_actor
-        self.starts += 1
-        return (rank, seed, self.config, self.agent, self.steps, self.stop)
+        seed = self.seeds.take(self.config.envs_per_actor)
+        return (rank, seed, self.config, self.learner, self.steps, self.stop)
 
     @property
     def restarts(self) -> int:
@@ -293,62 +323,59 @@ class Workers:
         return reports
 
 
-# ---- the run ------------------------------------------------------------------------------------
-
-CHECKPOINT_KEYS = ("agent", "starts")
-"""What an A3C checkpoint holds besides the session's counters."""
+# ---- the trainer --------------------------------------------------------------------------------
 
 
-def train(config: Config, resume: Path | None = None) -> Path:
-    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    session = run.RunSession.open(config, resume, "a3c", resolve, keys=CHECKPOINT_KEYS)
-    config, state = session.config, session.checkpoint
-    seed_everything(config.seed)
-    with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
-        agent = make_agent(config, probe)
-    starts = 0
-    if state is not None:
-        agent.load_state_dict(state["agent"])
-        starts = state["starts"]
-    share(agent)
-    workers = Workers(config, agent, session.step, starts)
-    start_step, last_log = session.step, time.perf_counter()
+class Trainer(trainer.Trainer):
+    """A3C's Hogwild workers on the shared learner; one step watches them for a tenth of a
+    second, gathering their reports (episodes, mean losses) and the env steps they made."""
 
-    def log(reports: list[Report], charts: bool | None = None) -> None:
-        """Log the reports, and SPS and restarts if `charts` (None: once a second)."""
-        nonlocal last_log
-        for _rank, step, returns, lengths, losses in reports:
-            session.episodes(step, returns, lengths)
-            if losses:
-                session.log(step, losses)
-        now = time.perf_counter()
-        step = workers.step
-        if charts is None:
-            charts = now - last_log >= 1.0
-        if step > start_step and charts:
-            session.log(step, {**session.rates(step), "charts/actor_restarts": workers.restarts})
-            last_log = now
+    make_learner = A3C
 
-    def checkpoint() -> dict[str, Any]:
-        return {"agent": agent.state_dict(), "starts": workers.starts}
+    def __init__(self, config: Config, seeds: EnvSeeds) -> None:
+        super().__init__()
+        self.config, self.seeds = config, seeds
+        self.total_steps = config.total_steps
+        self.batch = config.envs_per_actor * config.num_steps
+        seed_everything(config.seed)
+        with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
+            spaces = (probe.single_observation_space, probe.single_action_space)
+        self.learner = A3C(config, *spaces, torch.device("cpu"))
+        self.workers: Workers | None = None
+        self.stopped = False
 
-    with session.start(checkpoint, total=config.total_steps):
-        try:
-            while not workers.done and not session.stopping:
-                log(workers.watch(timeout=0.1))
-                session.update(workers.step)
-            log([], charts=True)  # SPS up to here, not the shutdown
-            log(workers.close(), charts=False)
-            session.step = workers.step
-        finally:
-            workers.close()
-    return session.run_dir
+    def start(self) -> None:
+        self.learner.share()
+        self.workers = Workers(self.config, self.learner, self.global_step, self.seeds)
 
+    def _account(self, reports: list[Report]) -> Step:
+        """The reports' episodes and newest mean losses; the counters from the workers'."""
+        assert self.workers is not None
+        stats: dict[str, float] = {}
+        returns: list[float] = []
+        lengths: list[int] = []
+        for _rank, _step, r, n, losses in reports:
+            returns += r
+            lengths += n
+            stats = losses or stats
+        self.global_step = self.workers.step
+        self.updates = self.global_step // self.batch
+        return Step(stats, returns, lengths)
 
-def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
-    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)["agent"]
-    with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:
-        net = make_agent(config, probe).net
-    net.load_state_dict(state["net"])
-    return greedy_policy(net.to(device), device)
+    def step(self) -> Step:
+        assert self.workers is not None
+        return self._account(self.workers.watch(timeout=0.1))
+
+    def charts(self) -> dict[str, float]:
+        return {"charts/actor_restarts": self.workers.restarts} if self.workers else {}
+
+    def finish(self) -> Step:
+        assert self.workers is not None
+        last = self._account(self.workers.close())
+        self.stopped = True
+        return last
+
+    def close(self) -> None:
+        if self.workers is not None and not self.stopped:
+            self.workers.close()
+        self.stopped = True

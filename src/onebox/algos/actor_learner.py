@@ -1,18 +1,31 @@
-"""The actor-learner loop of IMPALA, APPO and Ape-X: actors feed a channel, a learner consumes it.
+"""The actor-learner family (IMPALA, APPO, Ape-X, R2D2): actors feed a channel, a learner
+consumes it.
 
     env pools -> actors (threads or processes) -> channel (FIFO or replay) -> learner
                    ^                  |
                    +--- inference ----+   (the central server batches every actor's requests)
 
-A learner module supplies a `Setup`: what each actor runs (`ActorSpec`), the channel between
-actors and learner (`onebox.sampling.channels`), and the `Learner` itself: the policy the
-inference server serves (named outputs: actions and what the learner records), `update(batch,
-server)` for one learner step on what the channel gives, and its state for checkpoints. This
-module does the rest, the same for all of them: the inference server and thread or process
-actors, on a `RunSession` (run folder, logs, progress bar, checkpoints, Ctrl-C and resume).
+`ActorLearnerTrainer` is its trainer: it runs the inference server and the thread, process or
+Ray actors, and one step takes a batch from the channel and makes one update. A learner module
+subclasses it, naming its learner as `make_learner`; besides the `Learner` contract the learner
+has:
 
-The run ends once `Setup.total_steps` env steps have reached the learner through the channel.
-Env states cannot be saved: on resume the actors' envs restart from seeds no earlier run used.
+- `net` (the network the actors' policy runs, whose weights are published to actors that act
+  on their own copies) and `policy`, what the inference server serves (an
+  `onebox.sampling.inference.PolicyFn`: named outputs), with `outputs` (what actors record
+  besides actions) and `state_size` (an LSTM's, whose state the server keeps per env, or None);
+- `local_policy()`: `(net, generator) -> PolicyFn`, the same policy on an actor's own copy of
+  `net` with its own random stream (`--inference local`, Ray actor hosts); picklable and free of
+  the learner (it travels to actor processes and hosts);
+- `make_channel(obs_space, act_space)`: what feeds it (`onebox.sampling.channels`: a FIFO of
+  unrolls, a replay table, a sequence table), and `steps_per_update` (a FIFO's fixed batch of
+  env steps, the run then ending on a whole update; None for a replay table).
+
+The run ends once `total_steps` env steps have reached the learner through the channel. The
+trainer times the policy lag (`charts/policy_lag`: the learner's weights' version minus the
+version that chose each action of the batch) and publishes the weights every `--sync-every`
+updates; the learner changes its weights inside `updating` (the server's: inference waits and
+the version moves on).
 """
 
 from __future__ import annotations
@@ -22,55 +35,27 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal
 
+import numpy as np
 import torch
 
-from onebox import cluster, run
-from onebox.algos import offpolicy
+from onebox import cluster
 from onebox.algos.common import parse_env_options, setup_torch
+from onebox.algos.trainer import EnvSeeds, Step, Trainer
 from onebox.sampling.actors import ACTOR_SECTIONS, ActorSpec, ProcessActors, ThreadActor
-from onebox.sampling.channels import ReplayChannel
-from onebox.sampling.inference import CALL_SECTIONS, InferenceServer, OutputSpec, PolicyFn
-from onebox.sampling.policies import SharedWeights, Weights
+from onebox.sampling.inference import CALL_SECTIONS, InferenceServer
+from onebox.sampling.policies import LocalPolicy, SharedWeights, Weights
+from onebox.sampling.rollout import Rollout
 from onebox.sampling.server_process import ServerProcess
-
-
-class Learner(Protocol):
-    """What the loop needs of a learner."""
-
-    net: torch.nn.Module
-    """The network the actors' policy runs (IMPALA's local actors copy it)."""
-    policy: PolicyFn
-    """What the inference server serves (see `onebox.sampling.inference.PolicyFn`)."""
-    outputs: OutputSpec
-    """The policy's outputs besides actions, as actors record them."""
-
-    def update(self, batch: Any, server: InferenceServer | ServerProcess) -> dict[str, float]:
-        """One learner step on what the channel's `take` gave; changes the weights inside
-        `server.updating()` (and reads `server.version`). Returns the stats to log."""
-        ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-class Channel(Protocol):
-    """The seam between actors and learner (see `onebox.sampling.channels`)."""
-
-    def put(self, actor: int, unroll: Any, stop: Any) -> None: ...
-
-    def take(self, check: Callable[[], bool]) -> Any: ...
-
-    def progress(self) -> tuple[int, list[float], list[int]]: ...
 
 
 @dataclasses.dataclass
 class ActorFields:
     """The config fields of the actors and the inference server, shared by every learner on
     this loop (IMPALA, APPO, Ape-X, R2D2)."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"ray", "actor_hosts"})
 
     process_actors: bool = False
     """Run each actor in its own process (its env pool included), talking to the inference
@@ -292,187 +277,191 @@ def actors_note(config: Any) -> str:
     return f"{config.actors} actors ({where}), {how}"
 
 
-@dataclasses.dataclass
-class Setup:
-    """What a learner module hands the loop."""
-
-    spec: ActorSpec
-    """What each actor runs."""
-    learner: Learner
-    channel: Channel
-    total_steps: int
-    """The run ends once this many env steps have come through the channel."""
-    local: Callable[[int, Any], Any]
-    """The actors' own policies, for `--inference local`: (actor index, `Weights` or
-    `SharedWeights`) -> that actor's policy, on a copy of `actors_net(config, net)`."""
-    log_every: int = 1
-    """Learner updates between two logs of the stats."""
-    replay: ReplayChannel | None = None
-    """The channel, when it is a replay table: saved beside each checkpoint with the config's
-    `save_replay`, else refilled on resume."""
-    note: str | None = None
-    """A line for the user at the start of the run (its log.txt keeps it)."""
+def actor_spec(config: Any, outputs: Any, state_size: int | None, num_envs: int | None = None
+               ) -> ActorSpec:  # fmt: skip
+    """What each actor runs: its envs (`envs_per_actor`, or `num_envs`), its unroll length and
+    the policy's outputs it records (with an LSTM's `state_size`, its start states too)."""
+    return ActorSpec(env=config.env, num_envs=num_envs or config.envs_per_actor,
+                     num_threads=config.num_threads,
+                     env_options=parse_env_options(config.env_options), unroll=config.unroll,
+                     outputs=outputs, lstm=state_size, splits=config.env_splits)  # fmt: skip
 
 
-def train(
-    config: Any,
-    resume: Path | None,
-    algo: str,
-    resolve: Callable[[Any], Any],
-    setup: Callable[[Any, Any, Any, torch.device], Setup],
-    keys: tuple[str, ...],
-) -> Path:
-    """Train (or, with `resume`, continue the run in that folder); return the run folder.
-
-    `setup(config, observation space, action space, device)` builds the learner's parts; `keys`
-    are those of its `state_dict`. The config is a `TorchConfig` with `ActorFields` and `actors`
-    (and save_replay with a replay channel); with `ray` (a cluster address) the actors run on
-    Ray actor hosts (`onebox.cluster.actor_hosts`) with their own policies (`Setup.local`)."""
-    session = run.RunSession.open(config, resume, algo, resolve, keys=(*keys, "updates"))
-    config, state = session.config, session.checkpoint
-    ray_address = config.ray
-    connected = False
-    if ray_address is not None:  # before the run folder: a bad address writes nothing
-        connected = cluster.connect(ray_address)
-    try:
-        return _train(session, config, state, algo, setup, ray_address)
-    finally:
-        if connected:
-            cluster.disconnect(connected)
+def actor_policies(config: Any, learner: Any) -> Callable[[int, Any], LocalPolicy]:
+    """`(actor, weights) -> LocalPolicy`: each actor's own policy (`--inference local`, Ray
+    actor hosts), on a copy of `actors_net(config, learner.net)` with a random stream of its own
+    (seeded from the run's seed and the actor), reloaded from `weights`. Picklable: it goes to
+    actor processes and hosts without the learner."""
+    return functools.partial(_own_policy, actors_net(config, learner.net), learner.local_policy(),
+                             config.seed, learner.state_size)  # fmt: skip
 
 
-def _train(
-    session: run.RunSession,
-    config: Any,
-    state: dict[str, Any] | None,
-    algo: str,
-    setup: Callable[[Any, Any, Any, torch.device], Setup],
-    ray_address: str | None,
-) -> Path:
-    """`train`'s loop, on an opened session (and a connected cluster with `ray_address`)."""
-    device = setup_torch(config)
-    probe_spec = ActorSpec(env=config.env, num_envs=1, num_threads=1,
-                           env_options=parse_env_options(config.env_options), unroll=1,
-                           outputs={}, lstm=None)  # fmt: skip
-    with probe_spec.make_pool(config.seed) as probe:
-        obs_space, act_space = probe.single_observation_space, probe.single_action_space
-    parts = setup(config, obs_space, act_space, device)
-    learner, channel, spec = parts.learner, parts.channel, parts.spec
-    updates, global_step = 0, session.step
-    refilled = False
-    if state is not None:
-        learner.load_state_dict(state)
-        updates = state["updates"]
-        if parts.replay is not None:
-            refilled = not offpolicy.load_replay(config, session.run_dir, parts.replay.resume_from)
-    seed0 = config.seed + 10_000 * updates  # fresh env seeds on resume
+def _own_policy(net: torch.nn.Module, make: Callable[[Any, torch.Generator], Any], seed: int,
+                lstm: int | None, actor: int, weights: Any) -> LocalPolicy:  # fmt: skip
+    copy_ = copy.deepcopy(net).requires_grad_(False)
+    generator = torch.Generator(next(copy_.parameters()).device).manual_seed(seed + 7919 * actor)
+    return LocalPolicy(weights, copy_, actor, policy=make(copy_, generator), lstm=lstm)
 
-    def checkpoint() -> dict[str, Any]:
-        if parts.replay is not None and config.save_replay:  # first: never older than the run
-            parts.replay.save(session.run_dir / offpolicy.REPLAY_FILE)
-        return {**learner.state_dict(), "updates": updates}
 
-    with session.start(checkpoint, total=parts.total_steps):
-        session.logger.note(global_step, actors_note(config))
-        if parts.note is not None:
-            session.logger.note(global_step, parts.note)
-        if refilled:
-            offpolicy.note_refill(session.logger, global_step, config)
-        n = spec.num_envs
-        local = parts.local if config.inference == "local" else None
-        weights: Weights | SharedWeights | None = None
-        if local is not None or config.server_process:
-            make = SharedWeights.create if config.process_actors else Weights
-            weights = make(learner.net, updates)
-        options = {"max_batch": server_batch(config), "timeout_ms": config.timeout_ms,
-                   "device": device, "lstm": spec.lstm, "max_restarts": config.actor_restarts,
-                   "outputs": learner.outputs,
-                   "pad_batches": getattr(config, "compile", False)}  # fmt: skip
-        server: InferenceServer | ServerProcess
-        if config.server_process:
-            assert isinstance(weights, SharedWeights)
-            server = ServerProcess(learner.net, learner.policy, weights, obs_space, act_space,
-                                   processes=config.server_processes, **options)  # fmt: skip
-        else:
-            server = InferenceServer(learner.policy, obs_space, act_space, **options)
-        server.version = updates
-        seeds = [seed0 + a * n for a in range(config.actors)]
-        threads: list[ThreadActor] = []
-        procs: ProcessActors | None = None
-        hosts: Any = None  # onebox.cluster.actor_hosts.RayActors, with --ray
-        if ray_address is None and not config.process_actors:
-            for a in range(config.actors):
-                infer = (
-                    local(a, weights) if local is not None else functools.partial(server.infer, a)
-                )
-                threads.append(ThreadActor(a, spec, infer, channel, seeds[a]))
+def policy_lag(version: int, unrolls: list[Rollout]) -> dict[str, float]:
+    """`charts/policy_lag` (mean) and `_max` of a batch of unrolls: the learner's weights'
+    `version` minus the version that chose each action."""
+    lag = version - np.concatenate([u.versions for u in unrolls], 1)
+    return {"charts/policy_lag": float(lag.mean()), "charts/policy_lag_max": float(lag.max())}
 
-        actor_stats = ActorStats(lambda: [actor.timing.totals_so_far() for actor in threads]
-                                 + (procs.timing() if procs is not None else []))  # fmt: skip
 
-        def check() -> bool:  # while waiting for the channel: raise a failed actor's error
-            for actor in threads:
-                if actor.error is not None:
-                    raise RuntimeError(f"{actor.name} failed") from actor.error
-            if procs is not None:
-                procs.check()
-            if hosts is not None:
-                hosts.check()
-            return session.stopping
+class ActorLearnerTrainer(Trainer):
+    """Actors, inference and a channel feeding a learner (see the module's docstring)."""
 
+    make_learner: ClassVar[Callable[..., Any]]
+    """(config, observation space, action space, device) -> the learner."""
+
+    def __init__(self, config: Any, seeds: EnvSeeds) -> None:
+        super().__init__()
+        self.config = config
+        self.threads: list[ThreadActor] = []
+        self.procs: ProcessActors | None = None
+        self.hosts: Any = None  # onebox.cluster.actor_hosts.RayActors, with --ray
+        self.server: InferenceServer | ServerProcess | None = None
+        self.weights: Weights | SharedWeights | None = None
+        # a bad address raises here, before the run folder exists
+        self.connected = cluster.connect(config.ray) if config.ray is not None else False
         try:
-            for actor in threads:
-                actor.start()
-            if config.process_actors:
-                shared = weights if local is not None else None
-                assert shared is None or isinstance(shared, SharedWeights)
-                procs = ProcessActors(config.actors, spec, server, channel, seeds, local, shared)
-                if isinstance(server, ServerProcess):
-                    server.start()
-            server_stats = ServerStats(server)
-            if ray_address is not None:
-                from onebox.cluster import actor_hosts, cpu_nodes
+            self.device = setup_torch(config)
+            with actor_spec(config, {}, None, num_envs=1).make_pool(config.seed) as probe:
+                self.spaces = (probe.single_observation_space, probe.single_action_space)
+            learner = self.learner = self.make_learner(config, *self.spaces, self.device)
+            self.channel = learner.make_channel(*self.spaces)
+            self.replay = self.channel if learner.steps_per_update is None else None
+            self.spec = actor_spec(config, learner.outputs, learner.state_size)
+        except BaseException:
+            self.close()
+            raise
+        per = learner.steps_per_update
+        self.total_steps = (
+            config.total_steps if per is None else max(1, config.total_steps // per) * per
+        )
+        n = config.envs_per_actor
+        first = seeds.take(config.actors * n)
+        self.seeds = [first + a * n for a in range(config.actors)]
 
-                hosts = actor_hosts.RayActors(
-                    config.actors, config.actor_hosts or cpu_nodes(), spec, local, weights,
-                    channel, seeds, config.actor_restarts, config.torch_threads or 1,
-                )  # fmt: skip
-            while global_step < parts.total_steps and not session.stopping:
-                with session.timer("wait"):
-                    batch = channel.take(check)
-                if batch is None:
-                    break
-                with session.timer("learn"):
-                    stats = learner.update(batch, server)
-                updates += 1
-                if weights is not None and updates % config.sync_every == 0:
-                    weights.publish(learner.net, server.version)
-                steps, returns, lengths = channel.progress()
-                global_step += steps
-                session.episodes(global_step, returns, lengths)
-                if updates % parts.log_every == 0:
-                    stats.update({"charts/updates": updates, **session.rates(global_step)})
-                    stats.update(server_stats.update())
-                    stats.update(actor_stats.update())
-                    if procs is not None:
-                        stats["charts/actor_restarts"] = procs.restarts()
-                    if hosts is not None:
-                        stats["charts/actor_restarts"] = hosts.restarts()
-                        stats.update(hosts.scalars())
-                    session.log(global_step, stats)
-                session.update(global_step)
-        finally:
+    def notes(self) -> list[str]:
+        return [actors_note(self.config), *self.learner.notes()]
+
+    def refill(self) -> str:
+        return (f"it refills for {self.config.learning_starts} {self.channel.buffer.items} "
+                "before learning resumes")  # fmt: skip
+
+    def start(self) -> None:
+        config, learner, spec = self.config, self.learner, self.spec
+        obs_space, act_space = self.spaces
+        local = config.inference == "local"
+        own = actor_policies(config, learner)
+        if local or config.server_process:
+            make = SharedWeights.create if config.process_actors else Weights
+            self.weights = make(learner.net, self.updates)
+        options = {"max_batch": server_batch(config), "timeout_ms": config.timeout_ms,
+                   "device": self.device, "lstm": spec.lstm,
+                   "max_restarts": config.actor_restarts, "outputs": learner.outputs,
+                   "pad_batches": learner.accel is not None and learner.accel.compile}  # fmt: skip
+        if config.server_process:
+            assert isinstance(self.weights, SharedWeights)
+            self.server = ServerProcess(learner.net, learner.policy, self.weights, obs_space,
+                                        act_space, processes=config.server_processes,
+                                        **options)  # fmt: skip
+        else:
+            self.server = InferenceServer(learner.policy, obs_space, act_space, **options)
+        server = self.server
+        server.version = self.updates
+        learner.updating = server.updating
+        if config.ray is None and not config.process_actors:
+            for a in range(config.actors):
+                infer = own(a, self.weights) if local else functools.partial(server.infer, a)
+                self.threads.append(ThreadActor(a, spec, infer, self.channel, self.seeds[a]))
+        self.actor_stats = ActorStats(
+            lambda: (
+                [actor.timing.totals_so_far() for actor in self.threads]
+                + (self.procs.timing() if self.procs is not None else [])
+            )
+        )
+        for actor in self.threads:
+            actor.start()
+        if config.process_actors:
+            shared = self.weights if local else None
+            assert shared is None or isinstance(shared, SharedWeights)
+            self.procs = ProcessActors(config.actors, spec, server, self.channel, self.seeds,
+                                       own if local else None, shared)  # fmt: skip
+            if isinstance(server, ServerProcess):
+                server.start()
+        self.server_stats = ServerStats(server)
+        if config.ray is not None:
+            from onebox.cluster import actor_hosts, cpu_nodes
+
+            self.hosts = actor_hosts.RayActors(
+                config.actors, config.actor_hosts or cpu_nodes(), spec, own,
+                self.weights, self.channel, self.seeds, config.actor_restarts,
+                config.torch_threads,
+            )  # fmt: skip
+
+    def _check(self) -> bool:
+        """While waiting for the channel: raise a failed actor's error; True to stop waiting
+        (the run was asked to stop)."""
+        for actor in self.threads:
+            if actor.error is not None:
+                raise RuntimeError(f"{actor.name} failed") from actor.error
+        if self.procs is not None:
+            self.procs.check()
+        if self.hosts is not None:
+            self.hosts.check()
+        return self.interrupted()
+
+    def step(self) -> Step:
+        assert self.server is not None
+        with self.timer("wait"):
+            batch = self.channel.take(self._check)
+        if batch is None:  # stopped while waiting
+            return Step({}, [], [])
+        lag = policy_lag(self.server.version, batch) if isinstance(batch, list) else {}
+        with self.timer("learn"), self.learner.autocast():
+            stats = self.learner.update(batch)
+        self.updates += 1
+        if self.weights is not None and self.updates % self.config.sync_every == 0:
+            self.weights.publish(self.learner.net, self.server.version)
+        steps, returns, lengths = self.channel.progress()
+        self.global_step += steps
+        return Step({**stats, **lag}, returns, lengths)
+
+    def charts(self) -> dict[str, float]:
+        charts = {**self.server_stats.update(), **self.actor_stats.update()}
+        if self.procs is not None:
+            charts["charts/actor_restarts"] = self.procs.restarts()
+        if self.hosts is not None:
+            charts["charts/actor_restarts"] = self.hosts.restarts()
+            charts.update(self.hosts.scalars())
+        return charts
+
+    def close(self) -> None:
+        """Stop the Ray hosts, process actors, the server and the thread actors (in that
+        order), free the shared memory and leave the cluster; idempotent."""
+        hosts, procs, threads, server = self.hosts, self.procs, self.threads, self.server
+        self.hosts, self.procs, self.threads, self.server = None, None, [], None
+        try:
             if hosts is not None:
                 hosts.close()
             if procs is not None:
                 procs.close()
             for actor in threads:
                 actor.stop.set()
-            server.close()
+            if server is not None:
+                server.close()
             for actor in threads:
                 actor.join()
             if procs is not None:
                 procs.release()
-            if isinstance(weights, SharedWeights):
-                weights.close(unlink=True)
-    return session.run_dir
+            if isinstance(self.weights, SharedWeights):
+                self.weights.close(unlink=True)
+            self.weights = None
+        finally:
+            if self.connected:
+                cluster.disconnect(self.connected)
+                self.connected = False

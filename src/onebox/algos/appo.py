@@ -14,18 +14,16 @@ bumps the server's weights version; policy lag is logged as IMPALA's.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from onebox.algos import impala
+from onebox.algos import actor_learner, impala
 from onebox.algos.common import check_positive
+from onebox.algos.trainer import POSITIVE, tunables
 from onebox.algos.vtrace import vtrace
-from onebox.nn.networks import ActorCritic
 from onebox.run.presets import Presets
-from onebox.sampling.inference import InferenceServer
 
 
 @dataclasses.dataclass
@@ -78,13 +76,12 @@ def resolve(config: Config) -> Config:
     """IMPALA's checks plus APPO's own; raise ValueError before any work starts."""
     config = impala.resolve(config, PRESETS)
     check_positive(config, "clip_coef", "update_epochs", "num_minibatches")
-    assert config.update_epochs and config.num_minibatches
     if config.batch_size % config.num_minibatches:
         raise ValueError(
             f"--num-minibatches {config.num_minibatches} does not divide the batch of "
             f"unroll * batch_unrolls * envs_per_actor = {config.batch_size} steps; pick a divisor"
         )
-    columns = (config.batch_unrolls or 1) * (config.envs_per_actor or 1)
+    columns = config.batch_unrolls * config.envs_per_actor
     if config.lstm is not None and columns % config.num_minibatches:
         raise ValueError(
             f"with --lstm, --num-minibatches {config.num_minibatches} must divide the batch's "
@@ -93,56 +90,59 @@ def resolve(config: Config) -> Config:
     return config
 
 
-def update(
-    config: Config, net: ActorCritic, opt: Any, server: InferenceServer, batch: dict[str, Any]
-) -> dict[str, float]:
-    """V-trace targets for the batch, then the PPO epochs on them."""
-    obs, actions, behaviour = batch["obs"], batch["actions"], batch["logprobs"]
-    t_len, b = actions.shape
-    starts, state = batch["starts"], batch["state"]
-    with torch.no_grad():
-        dist, values, last = net.unroll(obs, starts, state)
-        logprobs = net.log_prob(dist, actions.flatten()).view(t_len, b)
-        bootstrap = impala.bootstrap_value(net, batch, last)
-        vt = vtrace(logprobs - behaviour, batch["rewards"], values.view(t_len, b), batch["ends"],
-                    bootstrap, config.gamma, config.rho_bar, config.c_bar)  # fmt: skip
-    lag = (server.version - batch["versions"]).float()  # learner version minus behaviour version
-    clip = config.clip_coef
-    clipfracs: list[torch.Tensor] = []  # on the device: no host wait per minibatch
-    pg_loss = v_loss = entropy = torch.zeros(())
-    for _ in range(config.update_epochs or 1):
-        for mb in minibatches(config, net.recurrent, t_len, b, obs.device):
-            if net.recurrent:  # whole env columns, replayed from their start states
-                mb_state = (state[0][mb], state[1][mb])
-                dist, value, _ = net.unroll(obs[:, mb], starts[:, mb], mb_state)
-                rows = (slice(None), mb)
-            else:  # single steps
-                rows = (mb // b, mb % b)
-                dist, value, _ = net.unroll(obs[rows].unsqueeze(0), None, None)
-            ratio = (net.log_prob(dist, actions[rows].flatten()) - behaviour[rows].flatten()).exp()
-            adv = vt.advantages[rows].flatten()
-            if config.norm_adv:
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
-            v_loss = 0.5 * ((value - vt.vs[rows].flatten()) ** 2).mean()
-            entropy = net.entropy(dist).mean()
-            loss = pg_loss + config.vf_coef * v_loss - config.ent_coef * entropy
-            opt.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(net.parameters(), config.max_grad_norm or 0.0)
-            with server.updating():
-                opt.step()
-            clipfracs.append(((ratio.detach() - 1).abs() > clip).float().mean())
-    return {
-        "losses/policy_loss": pg_loss.item(),
-        "losses/value_loss": v_loss.item(),
-        "losses/entropy": entropy.item(),
-        "losses/clipfrac": torch.stack(clipfracs).mean().item(),
-        "losses/mean_rho": vt.rhos.mean().item(),
-        "charts/policy_lag": lag.mean().item(),
-        "charts/policy_lag_max": lag.max().item(),
-        "charts/learning_rate": opt.param_groups[0]["lr"],
-    }
+class APPO(impala.IMPALA):
+    """IMPALA's learner, its update PPO's epochs on V-trace targets: for each batch, V-trace
+    targets and advantages once with the current weights, then `update_epochs` epochs of
+    `num_minibatches` minibatches of the clipped surrogate, whose ratio is taken against the
+    behaviour policy that chose the actions."""
+
+    tunable = tunables(**impala.IMPALA.tunable, clip_coef=POSITIVE)
+
+    def learn(self, batch: dict[str, Any]) -> dict[str, float]:
+        config, net, hp = self.config, self.net, self.hp.values()
+        obs, actions, behaviour = batch["obs"], batch["actions"], batch["logprobs"]
+        t_len, b = actions.shape
+        starts, state = batch["starts"], batch["state"]
+        with torch.no_grad():
+            dist, values, last = net.unroll(obs, starts, state)
+            logprobs = net.log_prob(dist, actions.flatten()).view(t_len, b)
+            bootstrap = impala.bootstrap_value(net, batch, last)
+            vt = vtrace(logprobs - behaviour, batch["rewards"], values.view(t_len, b),
+                        batch["ends"], bootstrap, hp["gamma"], hp["rho_bar"], hp["c_bar"])  # fmt: skip
+        clip = hp["clip_coef"]
+        clipfracs: list[torch.Tensor] = []  # on the device: no host wait per minibatch
+        pg_loss = v_loss = entropy = torch.zeros(())
+        for _ in range(config.update_epochs):
+            for mb in minibatches(config, net.recurrent, t_len, b, obs.device):
+                if net.recurrent:  # whole env columns, replayed from their start states
+                    mb_state = (state[0][mb], state[1][mb])
+                    dist, value, _ = net.unroll(obs[:, mb], starts[:, mb], mb_state)
+                    rows = (slice(None), mb)
+                else:  # single steps
+                    rows = (mb // b, mb % b)
+                    dist, value, _ = net.unroll(obs[rows].unsqueeze(0), None, None)
+                logratio = net.log_prob(dist, actions[rows].flatten()) - behaviour[rows].flatten()
+                ratio = logratio.exp()
+                adv = vt.advantages[rows].flatten()
+                if config.norm_adv:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
+                v_loss = 0.5 * ((value - vt.vs[rows].flatten()) ** 2).mean()
+                entropy = net.entropy(dist).mean()
+                loss = pg_loss + hp["vf_coef"] * v_loss - hp["ent_coef"] * entropy
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(net.parameters(), hp["max_grad_norm"])
+                with self.updating():
+                    self.optimizer.step()
+                clipfracs.append(((ratio.detach() - 1).abs() > clip).float().mean())
+        return {
+            "losses/policy_loss": pg_loss.item(),
+            "losses/value_loss": v_loss.item(),
+            "losses/entropy": entropy.item(),
+            "losses/clipfrac": torch.stack(clipfracs).mean().item(),
+            "losses/mean_rho": vt.rhos.mean().item(),
+        }
 
 
 def minibatches(
@@ -152,14 +152,10 @@ def minibatches(
     shuffled steps (flat indices into (T, B)) otherwise."""
     size = b if recurrent else t_len * b
     order = torch.randperm(size, device=device)
-    return list(order.chunk(config.num_minibatches or 1))
+    return list(order.chunk(config.num_minibatches))
 
 
-def train(config: Config, resume: Path | None = None) -> Path:
-    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    return impala.train_async(config, resume, "appo", resolve, update)
+class Trainer(actor_learner.ActorLearnerTrainer):
+    """APPO: IMPALA's actors, inference server and FIFO, PPO's clipped loss."""
 
-
-def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
-    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    return impala.load_policy(run_dir, config, device)
+    make_learner = APPO

@@ -33,7 +33,7 @@ def fill_threads(config: Any, family: str) -> Any:
     """`config` with the thread counts it left None: env threads, the physical cores (shared
     among the actors, for a learner that has them), and `torch_threads`."""
     if config.num_threads is None:
-        actors = getattr(config, "actors", None) or 1
+        actors = getattr(config, "actors", 1)  # a learner without actors has one pool
         threads = max(1, onebox.envs.physical_cores() // actors)
         config = dataclasses.replace(config, num_threads=threads)
     if config.torch_threads is None:
@@ -53,8 +53,17 @@ def setup_torch(config: TorchConfig) -> torch.device:
     """Seed everything and set torch's threads as `config` says; return its device."""
     device = resolve_device(config.device)
     seed_everything(config.seed, config.torch_deterministic)
-    torch.set_num_threads(config.torch_threads or 1)
+    torch.set_num_threads(config.torch_threads)
     return device
+
+
+def fill_log_every(config: Any, default: int) -> Any:
+    """`config` with `log_every` (env steps between two logs) set to the learner's `default`
+    where the user left it unset; ValueError if it is not positive."""
+    if config.log_every is None:
+        config = dataclasses.replace(config, log_every=default)
+    check_positive(config, "log_every")
+    return config
 
 
 def parse_env_options(options: dict[str, str]) -> dict[str, Any]:

@@ -1,21 +1,27 @@
-"""DQN (Mnih et al. 2015) with CleanRL's defaults, on onebox's env pools and replay buffer.
+"""DQN (Mnih et al. 2015) with CleanRL's defaults: the Q-learning learner, which Ape-X shares,
+fed by one inline actor and a replay buffer.
 
     onebox train dqn --env CartPole-v1
     onebox train dqn --env Pong-v5 --double --dueling --n-step 3 --prioritized
 
 Each env step acts epsilon-greedily on the Q-network (epsilon falling linearly from `start_e` to
 `end_e` over the first `exploration_fraction` of the run) and adds the transition to the replay
-buffer (`onebox.algos.offpolicy` runs the loop). After `learning_starts` steps, every
+buffer (`onebox.algos.offpolicy.ReplayTrainer`). After `learning_starts` steps, every
 `train_frequency` steps one batch regresses Q(s, a) on the target
 
     y = R + d * Q_target(s', a'),  a' = argmax_a Q_target(s', a)  (double DQN: argmax_a Q(s', a))
 
 where R is the buffer's n-step discounted return and d its discount (gamma^n, 0 if the episode
 terminated within the n steps; a truncated one bootstraps from its final observation). The
-target network is copied every `target_network_frequency` steps (`tau` 1) or moved towards the
-Q-network by Polyak averaging (`tau` < 1). With `--prioritized`, batches are drawn by TD error
-and the loss is weighted by the buffer's importance weights. `--dueling` gives the Q-network a
-value and an advantage stream.
+target network is copied every `target_network_frequency` env steps (`tau` 1; counted in
+updates, `target_network_frequency / train_frequency` of them) or moved towards the Q-network
+by Polyak averaging (`tau` < 1). With `--prioritized`, batches are drawn by TD error, the loss is
+weighted by the buffer's importance weights, and the update writes the new |TD errors| back.
+`--dueling` gives the Q-network a value and an advantage stream.
+
+`QLearner` is the algorithm: Ape-X (`onebox.algos.apex`) is the same learner with many actors
+in place of the inline one, each exploring with its own epsilon, feeding a prioritized table;
+R2D2 builds its recurrent learner on the same optimizer step and target network.
 
 Presets equal CleanRL's scripts: `classic` (dqn.py: a 120-84 ReLU MLP, 10k buffer, batch 128) and
 `atari` (dqn_atari.py: the Nature CNN, 1M buffer of single frames, batch 32); `minatar` is the
@@ -27,18 +33,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from onebox import run
 from onebox.algos import offpolicy
-from onebox.algos.common import adam, check_positive, greedy_q_policy, resolve_env
-from onebox.nn.accel import AccelFields, check_accel
+from onebox.algos.common import adam, check_positive, fill_log_every, greedy_q_policy, resolve_env
+from onebox.algos.trainer import POSITIVE, RATE, Learner, tunables
+from onebox.nn.accel import Accel, AccelFields, check_accel
 from onebox.nn.networks import Init
 from onebox.nn.q_networks import EpsilonGreedy, QNetwork
 from onebox.replay import ReplayBatch
@@ -47,16 +52,10 @@ from onebox.run.presets import Presets
 
 
 @dataclasses.dataclass
-class Config(TorchConfig, AccelFields):
-    """Train an agent with DQN. Fields left unset come from the env family's preset."""
+class QLearningFields:
+    """The Q-learning learner's own fields, DQN's and Ape-X's (each learner's config adds those
+    its presets fill: learning rate, replay size, batch, learning starts, gradient clip)."""
 
-    preset: Literal["auto", "classic", "atari", "minatar"] = "auto"
-    total_steps: int | None = None
-    """Env steps to train for (preset: 500k classic, 10M Atari)."""
-    num_envs: int = 1
-    """Envs stepped in parallel (each vector step adds num_envs transitions)."""
-    learning_rate: float | None = None
-    """Learning rate (preset: 2.5e-4 classic, 1e-4 Atari)."""
     optimizer: Literal["adam", "rmsprop"] = "adam"
     """adam (as CleanRL), or rmsprop: the MinAtar paper's centered RMSProp, as its code ran it
     (squared-gradient momentum 0.95, minimum squared gradient 0.01, no momentum: the paper lists
@@ -66,6 +65,42 @@ class Config(TorchConfig, AccelFields):
     beyond: the DQN papers')."""
     gamma: float = 0.99
     """Discount factor."""
+    tau: float = 1.0
+    """Target update rate: 1 copies the Q-network, below 1 is Polyak averaging."""
+    double: bool = False
+    """Double DQN: the Q-network picks the next action, the target network values it."""
+    dueling: bool = False
+    """Dueling Q-network: Q = V + A - mean(A)."""
+    n_step: int = 1
+    """Steps of the discounted returns in the targets."""
+    priority_alpha: float = 0.6
+    """Prioritized replay: how much priorities shape sampling (0: uniform)."""
+    priority_beta: float = 0.4
+    """Prioritized replay: initial importance-sampling exponent, annealed to 1 over the run."""
+    hidden: tuple[int, ...] = (120, 84)
+    """Hidden layer widths of the MLP Q-network (vector observations)."""
+    init: Init = "torch"
+    """The Q-network's initialization: torch (PyTorch's default, as CleanRL's DQN and the MinAtar
+    paper's) or orthogonal (gain sqrt(2), zero biases, as PPO's and PQN's)."""
+    save_replay: bool = False
+    """Also save the replay buffer with each checkpoint (`replay.npz` in the run folder; Atari's
+    1M transitions take about 7.5 GB), so that a resumed run continues with it. Without it a
+    resumed run refills the buffer for `learning_starts` steps before it learns again."""
+
+
+@dataclasses.dataclass
+class Config(TorchConfig, AccelFields, QLearningFields):
+    """Train an agent with DQN. Fields left unset come from the env family's preset."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"max_grad_norm"})
+
+    preset: Literal["auto", "classic", "atari", "minatar"] = "auto"
+    total_steps: int | None = None
+    """Env steps to train for (preset: 500k classic, 10M Atari)."""
+    num_envs: int = 1
+    """Envs stepped in parallel (each vector step adds num_envs transitions)."""
+    learning_rate: float | None = None
+    """Learning rate (preset: 2.5e-4 classic, 1e-4 Atari)."""
     buffer_size: int | None = None
     """Replay buffer capacity in transitions (preset: 10k classic, 1M Atari)."""
     batch_size: int | None = None
@@ -76,8 +111,6 @@ class Config(TorchConfig, AccelFields):
     """Env steps between updates (preset: 10 classic, 4 Atari)."""
     target_network_frequency: int | None = None
     """Env steps between target network updates (preset: 500 classic, 1000 Atari)."""
-    tau: float = 1.0
-    """Target update rate: 1 copies the Q-network, below 1 is Polyak averaging."""
     start_e: float = 1.0
     """Exploration epsilon at the start."""
     end_e: float | None = None
@@ -85,31 +118,12 @@ class Config(TorchConfig, AccelFields):
     exploration_fraction: float | None = None
     """Fraction of total_steps over which epsilon falls from start_e to end_e (preset: 0.5
     classic, 0.1 Atari)."""
-    double: bool = False
-    """Double DQN: the Q-network picks the next action, the target network values it."""
-    dueling: bool = False
-    """Dueling Q-network: Q = V + A - mean(A)."""
-    n_step: int = 1
-    """Steps of the discounted returns in the targets."""
     prioritized: bool = False
     """Prioritized replay (proportional, by TD error), with importance-sampling weights."""
-    priority_alpha: float = 0.6
-    """Prioritized replay: how much priorities shape sampling (0: uniform)."""
-    priority_beta: float = 0.4
-    """Prioritized replay: initial importance-sampling exponent, annealed to 1 over the run."""
     max_grad_norm: float | None = None
     """Gradient norm clip (None: no clipping, as CleanRL)."""
-    hidden: tuple[int, ...] = (120, 84)
-    """Hidden layer widths of the MLP Q-network (vector observations)."""
-    init: Init = "torch"
-    """The Q-network's initialization: torch (PyTorch's default, as CleanRL's DQN and the MinAtar
-    paper's) or orthogonal (gain sqrt(2), zero biases, as PPO's and PQN's)."""
     num_threads: int | None = None
     """Env pool threads (default: physical cores)."""
-    save_replay: bool = False
-    """Also save the replay buffer with each checkpoint (`replay.npz` in the run folder; Atari's
-    1M transitions take about 7.5 GB), so that a resumed run continues with it. Without it a
-    resumed run refills the buffer for `learning_starts` steps before it learns again."""
 
 
 PRESETS = Presets(Config, {
@@ -144,7 +158,7 @@ def resolve(config: Config) -> Config:
         raise ValueError(f"--tau must be in (0, 1], got {config.tau}")
     if config.max_grad_norm is not None:
         check_positive(config, "max_grad_norm")
-    return config
+    return fill_log_every(config, 1000)
 
 
 # ---- the loss -----------------------------------------------------------------------------------
@@ -180,95 +194,115 @@ def td_errors(
     return q_taken - y, q_taken
 
 
-class Agent:
-    """Q-network, target network and optimizer: what a checkpoint restores."""
+class QLearner(Learner):
+    """The Q-learning learner on n-step transitions from a replay table: a Q-network (`net`, the
+    one the actors' policy runs), its target network and optimizer. One update regresses
+    Q(s, a) on the (double) DQN target with the config's loss, weighted by the table's
+    importance weights, clips the gradient norm, steps the optimizer, moves the target network
+    every `target_every` updates (by `tau`), and writes the new |TD errors| back to the table
+    (`replay`, set by the trainer) when it is prioritized."""
 
-    def __init__(self, config: Config, envs: Any, device: torch.device) -> None:
-        assert config.total_steps is not None and config.exploration_fraction is not None
-        self.config, self.device = config, device
-        q = QNetwork(envs.single_observation_space, envs.single_action_space, config.hidden,
-                     dueling=config.dueling, init=config.init)  # fmt: skip
-        duration = config.exploration_fraction * config.total_steps
-        self.policy = EpsilonGreedy(q, config.start_e, config.end_e, duration).to(device)
-        self.q = self.policy.q
-        self.target = copy.deepcopy(self.q).requires_grad_(False)
-        lr = config.learning_rate or 0.0
-        self.optimizer: torch.optim.Optimizer
-        if config.optimizer == "rmsprop":
-            self.optimizer = torch.optim.RMSprop(
-                self.q.parameters(), lr=lr, alpha=0.95, eps=0.01, centered=True
-            )
-        else:
-            self.optimizer = adam(self.q.parameters(), lr, device)
-        self.target_step = 0
-        """The env step of the last target network update."""
+    tunable = tunables(learning_rate=POSITIVE, tau=RATE, max_grad_norm=POSITIVE)
+    replay: Any = None
 
-    def act(self, obs: np.ndarray, step: int) -> np.ndarray:
-        """Epsilon-greedy actions; the Q-network runs only if some env acts greedily (one env
-        early in the schedule mostly explores, and a forward pass costs more than a step)."""
-        n, epsilon = len(obs), self.policy.epsilon
-        self.policy.steps += n
-        explore = np.random.random(n) < epsilon
-        actions = np.random.randint(self.q.num_actions, size=n)
-        if explore.all():
-            return actions
-        with torch.inference_mode():
-            greedy = self.q(torch.as_tensor(obs, device=self.device)).argmax(-1).cpu().numpy()
-        return np.where(explore, actions, greedy)
+    def __init__(self, config: Any, obs_space: Any, act_space: Any, device: torch.device,
+                 target_every: int) -> None:  # fmt: skip
+        self.config, self.device, self.target_every = config, device, target_every
+        self.net = self.make_net(config, obs_space, act_space).to(device)
+        self.target = copy.deepcopy(self.net).requires_grad_(False)
+        self.optimizer = self.make_optimizer(self.net.parameters())
+        self.hp = self.make_hyperparams(config)
+        self.hp.bind("learning_rate", self.optimizer)
+        self.updates = 0
 
-    def update(self, batch: ReplayBatch, step: int) -> tuple[dict[str, float], torch.Tensor | None]:
-        c = self.config
-        td, q_taken = td_errors(self.q, self.target, batch, c.double, self.device)
-        per = (
-            td.pow(2)
-            if c.loss == "mse"
-            else F.huber_loss(td, torch.zeros_like(td), reduction="none")
-        )
-        loss = (self._tensor(batch.weights) * per).mean()
+    def make_net(self, config: Any, obs_space: Any, act_space: Any) -> nn.Module:
+        """The Q-network for the env's spaces."""
+        return QNetwork(obs_space, act_space, config.hidden, dueling=config.dueling,
+                        init=config.init)  # fmt: skip
+
+    def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
+        """Adam (fused), or the MinAtar paper's centered RMSProp (`--optimizer rmsprop`)."""
+        lr = self.config.learning_rate
+        if self.config.optimizer == "rmsprop":
+            return torch.optim.RMSprop(params, lr=lr, alpha=0.95, eps=0.01, centered=True)
+        return adam(params, lr, self.device)
+
+    def optimize(self, loss: torch.Tensor, tau: float) -> None:
+        """One optimizer step on `loss` (the gradient norm clipped where the learner has
+        `max_grad_norm`), inside `updating()`; then, every `target_every` updates, the target
+        network moved towards the online one by `tau` (1: copied)."""
         self.optimizer.zero_grad()
         loss.backward()
-        if c.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.q.parameters(), c.max_grad_norm)
-        self.optimizer.step()
-        assert c.target_network_frequency is not None
-        if step // c.target_network_frequency > self.target_step // c.target_network_frequency:
-            if c.tau == 1:
-                self.target.load_state_dict(self.q.state_dict())
+        if "max_grad_norm" in self.hp.names:
+            nn.utils.clip_grad_norm_(self.net.parameters(), self.hp.max_grad_norm)
+        with self.updating():
+            self.optimizer.step()
+        self.updates += 1
+        if self.updates % self.target_every == 0:
+            if tau == 1:
+                self.target.load_state_dict(self.net.state_dict())
             else:
                 for target, online in zip(
-                    self.target.parameters(), self.q.parameters(), strict=True
+                    self.target.parameters(), self.net.parameters(), strict=True
                 ):
-                    target.lerp_(online.detach(), c.tau)
-            self.target_step = step
-        stats = {"losses/td_loss": loss.item(), "losses/q_values": q_taken.mean().item(),
-                 "charts/epsilon": self.policy.epsilon}  # fmt: skip
-        return stats, td.detach().abs() if c.prioritized else None
+                    target.lerp_(online.detach(), tau)
 
-    def _tensor(self, x: Any) -> torch.Tensor:
-        return torch.as_tensor(x, device=self.device)
+    def write_priorities(self, indices: np.ndarray, td: torch.Tensor) -> None:
+        """The sampled items' new priorities, their |TD errors|, when the table has them."""
+        if self.replay is not None and self.replay.prioritized:
+            self.replay.update_priorities(indices, td.detach().abs().cpu().numpy())
+
+    def update(self, batch: ReplayBatch) -> dict[str, float]:
+        td, q_taken = td_errors(self.net, self.target, batch, self.config.double, self.device)
+        per = (td.pow(2) if self.config.loss == "mse"
+               else F.huber_loss(td, torch.zeros_like(td), reduction="none"))  # fmt: skip
+        loss = (torch.as_tensor(batch.weights, device=self.device) * per).mean()
+        self.optimize(loss, self.hp.tau)
+        self.write_priorities(batch.indices, td)
+        return {"losses/td_loss": loss.item(), "losses/q_values": q_taken.mean().item()}
+
+    def greedy(self, device: torch.device) -> Any:
+        return greedy_q_policy(self.net.eval(), device)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "target": self.target.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "target_step": self.target_step}  # fmt: skip
+        return {"net": self.net.state_dict(), "target": self.target.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "updates": self.updates}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
+        self.net.load_state_dict(state["net"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.target_step = state["target_step"]
+        self.updates = int(state["updates"])
+        self.hp.apply()
 
 
-# ---- the run ------------------------------------------------------------------------------------
+class DQN(QLearner):
+    """The Q-learning learner with DQN's inline actor: epsilon-greedy on a linear schedule over
+    the run's env steps (`act`)."""
+
+    def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device):
+        every = max(1, config.target_network_frequency // config.train_frequency)
+        super().__init__(config, obs_space, act_space, device, target_every=every)
+        self.accel = Accel.of(config, device)
+        duration = config.exploration_fraction * config.total_steps
+        self.explorer = EpsilonGreedy(self.net, config.start_e, config.end_e, duration).to(device)
+
+    def act(self, obs: np.ndarray, step: int) -> np.ndarray:
+        """Epsilon-greedy actions for a batch of observations (the schedule counts the steps)."""
+        return self.explorer.sample(torch.as_tensor(obs, device=self.device)).cpu().numpy()
+
+    def update(self, batch: ReplayBatch) -> dict[str, float]:
+        return {**super().update(batch), "charts/epsilon": self.explorer.epsilon}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "explorer_steps": int(self.explorer.steps)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.explorer.steps.fill_(int(state["explorer_steps"]))
 
 
-def train(config: Config, resume: Path | None = None) -> Path:
-    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    return offpolicy.run_loop(config, "dqn", resume, resolve=resolve, make_agent=Agent)
+class Trainer(offpolicy.ReplayTrainer):
+    """DQN: one inline actor, a replay buffer, the Q-learning learner."""
 
-
-def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
-    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    with offpolicy.make_envs(config, num_envs=1) as probe:
-        agent = Agent(config, probe, torch.device(device))
-    agent.load_state_dict(run.load_checkpoint(run_dir)["agent"])
-    return greedy_q_policy(agent.q.eval(), device)
+    make_learner = DQN

@@ -26,42 +26,40 @@ step's reward once, r + gamma V(final obs), so V-trace then treats every episode
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 from torch import nn
 
 import onebox.envs
-from onebox import run
 from onebox.algos import actor_learner
 from onebox.algos.common import (
     check_lstm,
     check_positive,
+    fill_log_every,
     fill_threads,
     greedy_policy,
     parse_env_options,
     probe_env,
 )
+from onebox.algos.trainer import NONNEGATIVE, POSITIVE, UNIT, Learner, tunables
 from onebox.algos.vtrace import vtrace
 from onebox.nn.accel import Accel, AccelFields, check_accel, resolve_device
 from onebox.nn.networks import ActorCritic
-from onebox.run.config import TorchConfig
+from onebox.run.config import Switch, TorchConfig
 from onebox.run.presets import Presets
-from onebox.sampling.actors import ActorSpec
 from onebox.sampling.channels import FifoChannel
-from onebox.sampling.inference import InferenceServer
-from onebox.sampling.policies import ACTOR_CRITIC_OUTPUTS, LocalPolicy, Weights, actor_critic_policy
+from onebox.sampling.policies import ACTOR_CRITIC_OUTPUTS, actor_critic_policy
 from onebox.sampling.rollout import Rollout, bootstrapped_rewards
 
 
 @dataclasses.dataclass
 class Config(TorchConfig, AccelFields, actor_learner.ActorFields):
     """Train an agent with IMPALA (V-trace). Fields left unset come from the env family's preset."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"lstm"})
 
     preset: Literal["auto", "classic", "atari"] = "auto"
     total_steps: int | None = None
@@ -78,8 +76,7 @@ class Config(TorchConfig, AccelFields, actor_learner.ActorFields):
     """Learning rate (preset: Adam 2e-3 classic, RMSProp 6e-4 Atari), linearly annealed."""
     optimizer: Literal["adam", "rmsprop"] | None = None
     """Optimizer (preset: adam classic; rmsprop with eps 0.01 for Atari, as IMPALA)."""
-    anneal_lr: bool = True
-    """Anneal the learning rate linearly to 0 over the run."""
+    anneal_lr: Switch = True
     gamma: float = 0.99
     """Discount factor."""
     rho_bar: float = 1.0
@@ -99,9 +96,8 @@ class Config(TorchConfig, AccelFields, actor_learner.ActorFields):
 
     @property
     def batch_size(self) -> int:
-        """Env steps per learner batch."""
-        assert self.unroll and self.batch_unrolls and self.envs_per_actor
-        return self.unroll * self.batch_unrolls * self.envs_per_actor
+        """Env steps per learner batch (of a resolved config)."""
+        return self.unroll * self.batch_unrolls * self.envs_per_actor  # type: ignore[operator]
 
 
 PRESETS = Presets(Config, {
@@ -131,10 +127,10 @@ def resolve(config: Config, presets: Presets = PRESETS) -> Config:
     if family == "continuous":
         raise ValueError(f"impala here takes discrete actions; {config.env} has continuous ones")
     config = presets.fill(config, config.preset if config.preset != "auto" else family)
+    check_positive(config, "total_steps", "actors", "envs_per_actor", "unroll", "batch_unrolls")
     config = fill_threads(config, config.preset)
     if config.queue_unrolls is None:
-        config = dataclasses.replace(config, queue_unrolls=2 * (config.batch_unrolls or 1))
-    check_positive(config, "total_steps", "actors", "envs_per_actor", "unroll", "batch_unrolls")
+        config = dataclasses.replace(config, queue_unrolls=2 * config.batch_unrolls)
     check_positive(config, "learning_rate", "max_grad_norm", "queue_unrolls", "max_batch")
     check_positive(config, "num_threads", "torch_threads", "rho_bar", "c_bar")
     config = actor_learner.resolve_actors(config)
@@ -145,36 +141,10 @@ def resolve(config: Config, presets: Presets = PRESETS) -> Config:
         raise ValueError(f"--ent-coef must be >= 0, got {config.ent_coef}")
     resolve_device(config.device)
     check_accel(config)
-    return config
+    return fill_log_every(config, config.batch_size)  # every update
 
 
 # ---- the learner --------------------------------------------------------------------------------
-
-
-def actor_spec(config: Config) -> ActorSpec:
-    """What each actor runs: its envs, its unroll length and what it records."""
-    return ActorSpec(
-        env=config.env,
-        num_envs=config.envs_per_actor or 1,
-        num_threads=config.num_threads,
-        env_options=parse_env_options(config.env_options),
-        unroll=config.unroll or 1,
-        outputs=ACTOR_CRITIC_OUTPUTS,
-        lstm=config.lstm,
-        splits=config.env_splits,
-    )
-
-
-def make_agent(
-    config: Config, obs_space: Any, act_space: Any, device: torch.device
-) -> tuple[ActorCritic, Any]:
-    """The network for the env's spaces (with the config's LSTM core) and its optimizer."""
-    net = ActorCritic(obs_space, act_space, lstm=config.lstm).to(device)
-    if config.optimizer == "rmsprop":
-        opt: Any = torch.optim.RMSprop(net.parameters(), lr=config.learning_rate or 0.0, eps=0.01)
-    else:
-        opt = torch.optim.Adam(net.parameters(), lr=config.learning_rate or 0.0, eps=1e-5)
-    return net, opt
 
 
 def stack(unrolls: list[Rollout], device: torch.device) -> dict[str, Any]:
@@ -185,7 +155,7 @@ def stack(unrolls: list[Rollout], device: torch.device) -> dict[str, Any]:
     def cat(arrays: list[np.ndarray]) -> torch.Tensor:
         return torch.as_tensor(np.concatenate(arrays, 1), device=device)
 
-    keys = ("obs", "actions", "rewards", "terminated", "truncated", "starts", "versions")
+    keys = ("obs", "actions", "rewards", "terminated", "truncated", "starts")
     out: dict[str, Any] = {k: cat([getattr(u, k) for u in unrolls]) for k in keys}
     out["logprobs"] = cat([u.logprobs for u in unrolls])
     out["final_values"] = cat([u.final_values for u in unrolls])
@@ -215,119 +185,93 @@ def bootstrap_value(net: ActorCritic, batch: dict[str, Any], state: Any) -> torc
     return value
 
 
-def update(config: Config, net: ActorCritic, opt: Any, server: InferenceServer,
-           batch: dict[str, Any]) -> dict[str, float]:  # fmt: skip
-    """One V-trace gradient step on a batch of unrolls."""
-    obs, actions = batch["obs"], batch["actions"]
-    t_len, b = actions.shape
-    lag = (server.version - batch["versions"]).float()  # learner version minus behaviour version
-    dist, values, state = net.unroll(obs, batch["starts"], batch["state"])
-    logprobs = net.log_prob(dist, actions.flatten()).view(t_len, b)
-    values = values.view(t_len, b)
-    entropy = net.entropy(dist).mean()
-    with torch.no_grad():
-        bootstrap = bootstrap_value(net, batch, state)
-    vt = vtrace(
-        logprobs.detach() - batch["logprobs"], batch["rewards"], values.detach(), batch["ends"],
-        bootstrap, config.gamma, config.rho_bar, config.c_bar,
-    )  # fmt: skip
-    pg_loss = -(vt.advantages * logprobs).mean()
-    v_loss = 0.5 * ((vt.vs - values) ** 2).mean()
-    loss = pg_loss + config.vf_coef * v_loss - config.ent_coef * entropy
-    opt.zero_grad()
-    loss.backward()
-    nn.utils.clip_grad_norm_(net.parameters(), config.max_grad_norm or 0.0)
-    with server.updating():
-        opt.step()
-    return {
-        "losses/policy_loss": pg_loss.item(),
-        "losses/value_loss": v_loss.item(),
-        "losses/entropy": entropy.item(),
-        "losses/mean_rho": vt.rhos.mean().item(),
-        "charts/policy_lag": lag.mean().item(),
-        "charts/policy_lag_max": lag.max().item(),
-        "charts/learning_rate": opt.param_groups[0]["lr"],
-    }
+def local_actor_critic(net: ActorCritic, generator: torch.Generator) -> Any:
+    """An actor's own copy of the actor-critic as its policy (its sampling draws on torch's
+    stream)."""
+    return actor_critic_policy(net)
 
 
-def train(config: Config, resume: Path | None = None) -> Path:
-    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    return train_async(config, resume, "impala", resolve, update)
+class IMPALA(Learner):
+    """An `ActorCritic` served to the actors (its LSTM's state kept per env by the server with
+    `--lstm`), fed by a FIFO of unrolls; one update is a V-trace gradient step on a batch of
+    them (`learn`, which APPO replaces with its PPO epochs)."""
 
+    tunable = tunables(learning_rate=POSITIVE, gamma=UNIT, rho_bar=POSITIVE, c_bar=POSITIVE,
+                       ent_coef=NONNEGATIVE, vf_coef=NONNEGATIVE, max_grad_norm=POSITIVE)  # fmt: skip
+    outputs = ACTOR_CRITIC_OUTPUTS
 
-CHECKPOINT_KEYS = ("net", "optimizer")
-"""What an IMPALA or APPO checkpoint holds besides the loop's counters."""
-
-UpdateFn = Callable[[Any, ActorCritic, Any, InferenceServer, dict[str, Any]], dict[str, float]]
-"""(config, net, optimizer, server, batch) -> stats: one learner step on a batch of unrolls."""
-
-
-class Learner:
-    """IMPALA's and APPO's learner: an `ActorCritic` served to the actors, stacked unrolls
-    through `bootstrap_truncated`, then `update_fn`; the learning rate annealed per update."""
-
-    def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device,
-                 update_fn: UpdateFn) -> None:  # fmt: skip
-        self.config, self.device, self.update_fn = config, device, update_fn
-        self.net, self.opt = make_agent(config, obs_space, act_space, device)
+    def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device):
+        self.config, self.device = config, device
+        self.net = ActorCritic(obs_space, act_space, lstm=config.lstm).to(device)
+        if config.optimizer == "rmsprop":
+            self.optimizer: torch.optim.Optimizer = torch.optim.RMSprop(
+                self.net.parameters(), lr=config.learning_rate, eps=0.01
+            )
+        else:
+            self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate,
+                                              eps=1e-5)  # fmt: skip
         self.accel = Accel.of(config, device)
         self.accel.setup()
         self.policy = actor_critic_policy(self.accel.policy(self.net))
-        self.outputs = ACTOR_CRITIC_OUTPUTS
-        self.num_updates = max(1, (config.total_steps or 1) // config.batch_size)
-        self.updates = 0
+        self.state_size = config.lstm
+        self.steps_per_update = config.batch_size
+        self.hp = self.make_hyperparams(config)
+        self.hp.bind("learning_rate", self.optimizer)
 
-    def update(self, unrolls: list[Rollout], server: InferenceServer) -> dict[str, float]:
-        c = self.config
-        if c.anneal_lr:
-            self.opt.param_groups[0]["lr"] = (1 - self.updates / self.num_updates) * c.learning_rate
-        batch = bootstrap_truncated(stack(unrolls, self.device), c.gamma)
-        self.updates += 1
-        with self.accel.autocast():
-            return self.update_fn(c, self.net, self.opt, server, batch)
+    def make_channel(self, obs_space: Any, act_space: Any) -> FifoChannel:
+        """A bounded queue of unrolls (its bound limits the policy lag)."""
+        return FifoChannel(self.config.queue_unrolls, self.config.batch_unrolls)
+
+    def local_policy(self) -> Any:
+        return local_actor_critic
+
+    def update(self, batch: list[Rollout]) -> dict[str, float]:
+        stacked = bootstrap_truncated(stack(batch, self.device), self.hp.gamma)
+        return self.learn(stacked)
+
+    def learn(self, batch: dict[str, Any]) -> dict[str, float]:
+        """One V-trace gradient step on a stacked, bootstrapped batch of unrolls."""
+        net, hp = self.net, self.hp.values()
+        obs, actions = batch["obs"], batch["actions"]
+        t_len, b = actions.shape
+        dist, values, state = net.unroll(obs, batch["starts"], batch["state"])
+        logprobs = net.log_prob(dist, actions.flatten()).view(t_len, b)
+        values = values.view(t_len, b)
+        entropy = net.entropy(dist).mean()
+        with torch.no_grad():
+            bootstrap = bootstrap_value(net, batch, state)
+        vt = vtrace(
+            logprobs.detach() - batch["logprobs"], batch["rewards"], values.detach(),
+            batch["ends"], bootstrap, hp["gamma"], hp["rho_bar"], hp["c_bar"],
+        )  # fmt: skip
+        pg_loss = -(vt.advantages * logprobs).mean()
+        v_loss = 0.5 * ((vt.vs - values) ** 2).mean()
+        loss = pg_loss + hp["vf_coef"] * v_loss - hp["ent_coef"] * entropy
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(net.parameters(), hp["max_grad_norm"])
+        with self.updating():
+            self.optimizer.step()
+        return {
+            "losses/policy_loss": pg_loss.item(),
+            "losses/value_loss": v_loss.item(),
+            "losses/entropy": entropy.item(),
+            "losses/mean_rho": vt.rhos.mean().item(),
+        }
+
+    def greedy(self, device: torch.device) -> Any:
+        return greedy_policy(self.net, device)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"net": self.net.state_dict(), "optimizer": self.opt.state_dict()}
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.net.load_state_dict(state["net"])
-        self.opt.load_state_dict(state["optimizer"])
-        self.updates = state["updates"]
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.hp.apply()
 
 
-def train_async(
-    config: Config,
-    resume: Path | None,
-    algo: str,
-    resolve_fn: Callable[[Any], Any],
-    update_fn: UpdateFn,
-) -> Path:
-    """IMPALA's and APPO's run: `onebox.algos.actor_learner`'s loop with a FIFO channel of
-    unrolls and `update_fn` as the learner's step."""
+class Trainer(actor_learner.ActorLearnerTrainer):
+    """IMPALA: actors and the inference server, a FIFO of unrolls, the V-trace learner."""
 
-    def setup(config: Config, obs_space: Any, act_space: Any, device: torch.device) -> Any:
-        learner = Learner(config, obs_space, act_space, device, update_fn)
-        net, lstm = actor_learner.actors_net(config, learner.net), config.lstm  # not the learner
-
-        def local(actor: int, weights: Weights) -> LocalPolicy:
-            return LocalPolicy(weights, copy.deepcopy(net), actor, lstm=lstm)
-
-        return actor_learner.Setup(
-            spec=actor_spec(config),
-            learner=learner,
-            channel=FifoChannel(config.queue_unrolls or 1, config.batch_unrolls or 1),
-            total_steps=learner.num_updates * config.batch_size,
-            local=local,
-        )
-
-    return actor_learner.train(config, resume, algo, resolve_fn, setup, CHECKPOINT_KEYS)
-
-
-def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
-    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)
-    with actor_spec(config).make_pool(config.seed, num_envs=1) as probe:
-        spaces_ = (probe.single_observation_space, probe.single_action_space)
-        net, _ = make_agent(config, *spaces_, torch.device(device))
-    net.load_state_dict(state["net"])
-    return greedy_policy(net, device)
+    make_learner = IMPALA

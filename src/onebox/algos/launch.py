@@ -1,19 +1,17 @@
-"""What `onebox train` and `onebox eval` run: a learner's module is the one defining the config.
+"""What `onebox train` and `onebox eval` run.
 
-Every learner module has `train(config, resume=None) -> run folder` (with `resume`, the run
-folder to continue, its config loaded from there) and `load_policy(run_dir, config) ->
-policy(obs, starts) -> actions` (`starts` flags the envs whose observation begins an episode,
-for recurrent policies); a run folder's `config.json` names its config class, hence its module
-(`onebox eval` also plays evolve runs, whose module, `onebox.evo.run`, has `load_policy`). Only
-config classes of `onebox train` and `onebox evolve` commands are accepted, checked before
-anything is imported or written.
+`onebox train NAME` and `onebox train --resume RUN` hand the learner's config to the driver
+(`onebox.algos.driver.train`); `onebox eval RUN` plays the policy of a run: a learner's through
+`driver.load_policy`, an evolve run's through its module's (`onebox.evo.run.load_policy`), each
+`policy(obs, starts) -> actions` (`starts` flags the envs whose observation begins an episode,
+for recurrent policies). A run folder's `config.json` names its config class; only config
+classes of `onebox train` and `onebox evolve` commands are accepted, checked before anything is
+imported or written.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -21,23 +19,20 @@ import torch
 
 import onebox.envs
 from onebox import run
+from onebox.algos import driver
 from onebox.envs.base import EPISODE_CAP, cap_options, time_limit
-
-
-def _module(config: Any) -> ModuleType:
-    return importlib.import_module(type(config).__module__)
 
 
 def train(config: Any) -> int:
     """Start a run of the learner whose config this is; print where it went."""
-    run_dir = _module(config).train(config)
+    run_dir = driver.train(config)
     print(f"run folder: {run_dir}")
     return 0
 
 
 def resume(config: Any) -> int:
     """Continue the training run in `config.resume` from its last checkpoint."""
-    from onebox.cli import command_of
+    from onebox.registry import command_of
 
     run_dir = Path(config.resume)
     group, name = command_of(run_dir)
@@ -49,9 +44,9 @@ def resume(config: Any) -> int:
     saved = run.load_config(run_dir)
     from onebox import cluster
 
-    module = _module(saved)
+    module = driver.learner_module(saved)
     cluster.rehost(run_dir, saved, config.ray, config.hosts, "actor_hosts", module.resolve)
-    run_dir = module.train(run.load_config(run_dir), resume=run_dir)  # as rehost saved it
+    run_dir = driver.train(run.load_config(run_dir), resume=run_dir)  # as rehost saved it
     print(f"run folder: {run_dir}")
     return 0
 
@@ -109,18 +104,23 @@ def eval_envs(saved: Any, config: Any) -> Any:
 
 def evaluate(config: Any) -> int:
     """`onebox eval`: play the run's policy, print the returns, optionally write a video."""
-    from onebox.cli import command_of
+    from onebox.registry import command_of
 
     run_dir = Path(config.run_dir)
     if config.episodes <= 0:
         raise ValueError(f"--episodes must be positive, got {config.episodes}")
     if config.max_episode_steps is not None and config.max_episode_steps <= 0:
         raise ValueError(f"--max-episode-steps must be positive, got {config.max_episode_steps}")
-    command_of(run_dir)  # a run of a onebox learner (train or evolve), or ValueError
+    group, _ = command_of(run_dir)  # a run of a onebox learner (train or evolve), or ValueError
     saved = run.load_config(run_dir)
+    if group == "train":
+        policy = driver.load_policy(run_dir, saved)
+    else:
+        from onebox.evo.run import load_policy
+
+        policy = load_policy(run_dir, saved)
     # The run's own torch threads (1 for small nets: at batch 1 more threads only cost).
-    torch.set_num_threads(getattr(saved, "torch_threads", None) or 1)
-    policy = _module(saved).load_policy(run_dir, saved)
+    torch.set_num_threads(getattr(saved, "torch_threads", 1))
     with eval_envs(saved, config) as envs:
         returns, lengths, frames = play(policy, envs, config.episodes, config.seed, config.video)
     print(

@@ -1,62 +1,34 @@
-"""What the replay learners (DQN, SAC) share: the replay buffer built from a config, and the run
-loop (run folder, logs, progress bar, checkpoints, Ctrl-C, resume) around stepping the envs into
-the buffer and updating from it.
+"""The replay family with one inline actor (DQN, SAC): the learner's policy steps one env pool,
+each step goes into a replay buffer, and the learner updates on batches sampled from it.
 
-Each vector step adds one row per env to the buffer, with the true next observation: the final
-one where an episode ended (the pool runs in same-step autoreset mode and gives it in
-`info["final_obs"]`), so a truncated episode bootstraps from where it was cut, while `terminated`
-stops bootstrapping. Once `learning_starts` env steps have passed, an update is due every
-`train_frequency` env steps: a sampled batch goes to the agent, whose new priorities (prioritized
-replay) go back to the buffer.
+`ReplayTrainer` is its trainer. One step acts on every env (`learner.act(obs, step)`), steps
+the pool and adds one row per env to the buffer with the true next observation: the final one
+where an episode ended (the pool runs in same-step autoreset mode and gives it in
+`info["final_obs"]`), so a truncated episode bootstraps from where it was cut, while
+`terminated` stops bootstrapping. Once `learning_starts` env steps have passed, an update is
+due every `train_frequency` env steps: a sampled batch goes to `learner.update`, which writes
+its new priorities back to the buffer (`learner.replay`) when the buffer is prioritized.
 
-A learner module supplies its config (a `TorchConfig` with the fields read here: total_steps,
-num_envs, buffer_size, batch_size, learning_starts, train_frequency, gamma, n_step, prioritized,
-priority_alpha, priority_beta, save_replay, ...) and `make_agent(config, envs, device)`, an
-`Agent`. The run's folder, logs, checkpoints, progress bar and Ctrl-C are a `RunSession`'s.
+A learner module subclasses it, naming its `Learner` as `make_learner`; the config has the
+fields read here: num_envs, buffer_size, batch_size, learning_starts, train_frequency, gamma,
+n_step, prioritized, priority_alpha, priority_beta, save_replay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
-import torch
 from gymnasium import spaces
 
 import onebox.envs
-from onebox import run
 from onebox.algos.common import check_positive, parse_env_options, setup_torch
+from onebox.algos.trainer import EnvSeeds, Step, Trainer
 from onebox.nn.accel import Accel
 from onebox.nn.networks import is_image
-from onebox.replay import ReplayBatch, ReplayBuffer
+from onebox.replay import ReplayBuffer
 from onebox.sampling import EpisodeTracker
-
-REPLAY_FILE = "replay.npz"
-"""The replay buffer saved beside the checkpoint with `--save-replay`."""
-LOG_EVERY = 1000
-"""Env steps between two logs of the losses, SPS and time split."""
-
-
-class Agent(Protocol):
-    """What the loop needs of a replay learner's agent; its state is what a checkpoint holds."""
-
-    def act(self, obs: np.ndarray, step: int) -> np.ndarray:
-        """Actions for a batch of observations (one per env), at env step `step`."""
-        ...
-
-    def update(self, batch: ReplayBatch, step: int) -> tuple[dict[str, float], torch.Tensor | None]:
-        """One gradient update on `batch` at env step `step`: (stats to log, new priorities of
-        the batch's rows for prioritized replay, else None)."""
-        ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-MakeAgent = Callable[[Any, Any, torch.device], Agent]
 
 
 def check_replay(config: Any) -> None:
@@ -75,36 +47,18 @@ def check_replay(config: Any) -> None:
         raise ValueError("--priority-alpha must be >= 0 and --priority-beta in [0, 1]")
 
 
-def load_replay(config: Any, run_dir: Path, load: Callable[[Path], None]) -> bool:
-    """On resume: `load` the replay saved beside the checkpoint with `--save-replay`; False if
-    there is none (the run then refills its buffer)."""
-    path = run_dir / REPLAY_FILE
-    if config.save_replay and path.exists():
-        load(path)
-        return True
-    return False
-
-
-def note_refill(logger: run.Logger, step: int, config: Any) -> None:
-    """Tell the user that a resumed run refills its replay buffer before it learns again."""
-    logger.note(step, (
-        "resumed without a saved replay buffer (train with --save-replay to keep it): it "
-        f"refills for {config.learning_starts} steps before learning resumes"
-    ))  # fmt: skip
-
-
-def frame_stack(config: Any, envs: Any) -> int:
+def frame_stack(config: Any, obs_space: Any) -> int:
     """Frames per observation to store once each (K for Atari's (K, H, W) stacks), else 0."""
-    space = envs.single_observation_space
-    if onebox.envs.backend_of(config.env) == "atari" and is_image(space):
-        return int(space.shape[0]) if space.shape[0] > 1 else 0
+    if onebox.envs.backend_of(config.env) == "atari" and is_image(obs_space):
+        return int(obs_space.shape[0]) if obs_space.shape[0] > 1 else 0
     return 0
 
 
-def make_buffer(config: Any, envs: Any) -> ReplayBuffer:
-    """The replay buffer for the pool's spaces, with the config's n-step and priority options;
-    Atari's frame stacks are stored as single frames."""
-    obs_space, act_space = envs.single_observation_space, envs.single_action_space
+def make_buffer(config: Any, obs_space: Any, act_space: Any, num_envs: int, beta_steps: int,
+                prioritized: bool) -> ReplayBuffer:  # fmt: skip
+    """The replay buffer of `num_envs` envs' rows for the spaces, with the config's n-step and
+    priority options (the importance-sampling exponent annealed over `beta_steps` samples);
+    Atari's frame stacks are stored as single frames (Ape-X's table too)."""
     discrete = isinstance(act_space, spaces.Discrete)
     return ReplayBuffer(
         config.buffer_size,
@@ -112,27 +66,15 @@ def make_buffer(config: Any, envs: Any) -> ReplayBuffer:
         obs_space.dtype,
         () if discrete else tuple(act_space.shape),
         np.int64 if discrete else np.float32,
-        envs.num_envs,
+        num_envs,
         n_step=config.n_step,
         gamma=config.gamma,
-        prioritized=config.prioritized,
+        prioritized=prioritized,
         alpha=config.priority_alpha,
         beta=config.priority_beta,
-        beta_steps=max(1, config.total_steps // config.train_frequency),
-        frame_stack=frame_stack(config, envs),
+        beta_steps=beta_steps,
+        frame_stack=frame_stack(config, obs_space),
         seed=config.seed,
-    )
-
-
-def make_envs(config: Any, num_envs: int | None = None, seed: int | None = None) -> Any:
-    """The training env pool, in same-step autoreset mode (final observations in the info)."""
-    return onebox.envs.make(
-        config.env,
-        num_envs or config.num_envs,
-        num_threads=config.num_threads,
-        seed=config.seed if seed is None else seed,
-        autoreset_mode="SameStep",
-        **parse_env_options(config.env_options),
     )
 
 
@@ -147,72 +89,72 @@ def true_next_obs(next_obs: np.ndarray, ends: np.ndarray, info: dict[str, Any]) 
     return out
 
 
-CHECKPOINT_KEYS = ("agent", "updates")
-"""What a replay learner's checkpoint holds besides the session's counters."""
+class ReplayTrainer(Trainer):
+    """One inline actor feeding a replay buffer that a learner samples (see the module's
+    docstring)."""
 
+    make_learner: ClassVar[Callable[..., Any]]
+    """(config, observation space, action space, device) -> the learner; it has `act(obs,
+    step) -> actions` besides the `Learner` contract."""
 
-def run_loop(
-    config: Any, algo: str, resume: Path | None, *, resolve: Callable[[Any], Any],
-    make_agent: MakeAgent,
-) -> Path:  # fmt: skip
-    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    session = run.RunSession.open(config, resume, algo, resolve, keys=CHECKPOINT_KEYS)
-    config, state = session.config, session.checkpoint
-    device = setup_torch(config)
-    accel = Accel.of(config, device)
-    accel.setup()
-    envs = make_envs(config)
-    agent = make_agent(config, envs, device)
-    buffer = make_buffer(config, envs)
-    n = envs.num_envs
-    global_step, updates, env_seed = session.step, 0, config.seed
-    refilled = False
-    if state is not None:
-        agent.load_state_dict(state["agent"])
-        updates = state["updates"]
-        refilled = not load_replay(config, session.run_dir, buffer.resume_from)
-        # The envs restart from fresh episodes, with seeds no earlier episode used.
-        env_seed = config.seed + global_step
-    # Updates start once `learning_starts` steps are in the buffer (again after a refill).
-    learn_from = (global_step if refilled else 0) + config.learning_starts
-    obs, _ = envs.reset(seed=env_seed)
-    tracker, split, ids = EpisodeTracker(n), session.timer, np.arange(n)
-    stats: dict[str, float] = {}
+    def __init__(self, config: Any, seeds: EnvSeeds) -> None:
+        super().__init__()
+        self.config = config
+        device = setup_torch(config)
+        Accel.of(config, device).setup()
+        n = config.num_envs
+        self.seed = seeds.take(n)
+        self.envs = onebox.envs.make(config.env, n, num_threads=config.num_threads,
+                                     seed=self.seed, autoreset_mode="SameStep",
+                                     **parse_env_options(config.env_options))  # fmt: skip
+        try:
+            obs_space, act_space = self.envs.single_observation_space, self.envs.single_action_space
+            self.learner = self.make_learner(config, obs_space, act_space, device)
+            beta_steps = max(1, config.total_steps // config.train_frequency)
+            self.replay = make_buffer(
+                config, obs_space, act_space, n, beta_steps, config.prioritized
+            )
+            self.learner.replay = self.replay
+        except BaseException:
+            self.close()
+            raise
+        self.total_steps = config.total_steps // n * n
+        self.learn_from = config.learning_starts
+        """Updates start once the buffer holds this many steps' transitions (again after a
+        refill)."""
+        self.tracker, self.ids = EpisodeTracker(n), np.arange(n)
 
-    def checkpoint() -> dict[str, Any]:
-        if config.save_replay:  # first, so that a checkpoint never outlives its replay
-            buffer.save(session.run_dir / REPLAY_FILE)
-        return {"agent": agent.state_dict(), "updates": updates}
+    def start(self) -> None:
+        self.obs, _ = self.envs.reset(seed=self.seed)
 
-    with envs, session.start(checkpoint, total=config.total_steps):
-        if refilled:
-            note_refill(session.logger, global_step, config)
-        while global_step + n <= config.total_steps and not session.stopping:
-            with split("inference"), accel.autocast():
-                actions = agent.act(obs, global_step)
-            with split("env"):
-                next_obs, rewards, terminated, truncated, info = envs.step(actions)
-            ends = np.logical_or(terminated, truncated)
-            tracker.update(ids, rewards, ends, info)
-            with split("replay"):
-                buffer.add(obs, actions, rewards, terminated, truncated,
-                           true_next_obs(next_obs, ends, info))  # fmt: skip
-            obs = next_obs
-            before, global_step = global_step, global_step + n
-            if global_step > learn_from:
-                due = global_step // config.train_frequency - before // config.train_frequency
-                for _ in range(due):
-                    with split("replay"):
-                        batch = buffer.sample(config.batch_size)
-                    with split("learn"), accel.autocast():
-                        stats, priorities = agent.update(batch, global_step)
-                    if priorities is not None:
-                        with split("replay"):
-                            buffer.update_priorities(batch.indices, priorities.cpu().numpy())
-                    updates += 1
-            session.episodes(global_step, *tracker.pop())
-            if global_step // LOG_EVERY > before // LOG_EVERY and stats:
-                session.log(global_step, {**stats, "charts/updates": updates,
-                                          **session.rates(global_step)})  # fmt: skip
-            session.update(global_step)
-    return session.run_dir
+    def refill(self) -> str:
+        self.learn_from = self.global_step + self.config.learning_starts
+        return f"it refills for {self.config.learning_starts} steps before learning resumes"
+
+    def step(self) -> Step:
+        config, split, n = self.config, self.timer, self.envs.num_envs
+        with split("inference"), self.learner.autocast():
+            actions = self.learner.act(self.obs, self.global_step)
+        with split("env"):
+            next_obs, rewards, terminated, truncated, info = self.envs.step(actions)
+        ends = np.logical_or(terminated, truncated)
+        self.tracker.update(self.ids, rewards, ends, info)
+        with split("replay"):
+            self.replay.add(self.obs, actions, rewards, terminated, truncated,
+                            true_next_obs(next_obs, ends, info))  # fmt: skip
+        self.obs = next_obs
+        before = self.global_step
+        self.global_step += n
+        stats: dict[str, float] = {}
+        if self.global_step > self.learn_from:
+            every = config.train_frequency
+            for _ in range(self.global_step // every - before // every):
+                with split("replay"):
+                    batch = self.replay.sample(config.batch_size)
+                with split("learn"), self.learner.autocast():
+                    stats = self.learner.update(batch)
+                self.updates += 1
+        return Step(stats, *self.tracker.pop())
+
+    def close(self) -> None:
+        self.envs.close()

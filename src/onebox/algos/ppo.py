@@ -21,19 +21,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 from torch import nn
 
-from onebox.algos import onpolicy
-from onebox.algos.common import check_positive
-from onebox.algos.onpolicy import Agent, build_agent, resolve_common, run_loop
+from onebox.algos.common import check_positive, fill_log_every
+from onebox.algos.onpolicy import ActorCriticLearner, OnPolicyTrainer, resolve_common
+from onebox.algos.trainer import NONNEGATIVE, POSITIVE, UNIT, tunables
 from onebox.nn.accel import AccelFields
 from onebox.nn.networks import ActorCritic
-from onebox.run.config import TorchConfig
+from onebox.run.config import Switch, TorchConfig
 from onebox.run.presets import Presets
 from onebox.sampling import Rollout, gae
 
@@ -41,6 +40,8 @@ from onebox.sampling import Rollout, gae
 @dataclasses.dataclass
 class Config(TorchConfig, AccelFields):
     """Train an agent with PPO. Fields left unset come from the env family's preset."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"target_kl", "lstm"})
 
     preset: Literal["auto", "classic", "atari", "continuous", "minatar"] = "auto"
     total_steps: int | None = None
@@ -51,8 +52,7 @@ class Config(TorchConfig, AccelFields):
     """Steps per env in each rollout (preset: 128, or 2048 continuous)."""
     learning_rate: float | None = None
     """Adam learning rate (preset: 2.5e-4, or 3e-4 continuous)."""
-    anneal_lr: bool = True
-    """Anneal the learning rate linearly to 0 over the run."""
+    anneal_lr: Switch = True
     gamma: float = 0.99
     """Discount factor."""
     gae_lambda: float = 0.95
@@ -89,18 +89,13 @@ class Config(TorchConfig, AccelFields):
 
     @property
     def batch_size(self) -> int:
-        assert self.num_envs is not None and self.num_steps is not None
+        """Env steps per rollout (of a resolved config)."""
         return self.num_envs * self.num_steps
 
     @property
     def minibatch_size(self) -> int:
-        assert self.num_minibatches is not None
+        """Env steps per minibatch (of a resolved config)."""
         return self.batch_size // self.num_minibatches
-
-    @property
-    def num_iterations(self) -> int:
-        assert self.total_steps is not None
-        return max(1, self.total_steps // self.batch_size)
 
 
 PRESETS = Presets(Config, {
@@ -147,19 +142,10 @@ def resolve(config: Config) -> Config:
             f"with --lstm a minibatch is a group of whole envs: --num-minibatches "
             f"{config.num_minibatches} must divide --num-envs {config.num_envs}"
         )
-    return config
+    return fill_log_every(config, config.batch_size)  # every iteration, as CleanRL's
 
 
-# ---- the agent ----------------------------------------------------------------------------------
-
-
-def make_agent(config: Config, envs: Any, device: torch.device) -> Agent:
-    """The actor-critic with Adam (eps 1e-5) and the normalizers the config asks for."""
-    return build_agent(config, envs, device,
-                       lambda params: torch.optim.Adam(params, lr=config.learning_rate, eps=1e-5))  # fmt: skip
-
-
-# ---- the update ---------------------------------------------------------------------------------
+# ---- the learner --------------------------------------------------------------------------------
 
 
 def minibatches(
@@ -171,7 +157,6 @@ def minibatches(
 
     A feed-forward net gets random rows; a recurrent one groups of whole envs, replayed with
     `net.unroll` from the rollout's stored initial state and episode starts."""
-    assert config.num_minibatches is not None
     if not net.recurrent:
         obs = rollout.obs.flatten(0, 1)
         order = torch.randperm(config.batch_size, device=obs.device)
@@ -196,76 +181,76 @@ def minibatches(
         yield (rows + envs).flatten(), dist, value
 
 
-def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
-    """PPO epochs over one rollout; returns the losses and diagnostics to log."""
-    net, optimizer = agent.net, agent.optimizer
-    advantages, returns = gae(
-        rollout.bootstrapped_rewards(config.gamma),
-        rollout.values,
-        rollout.ends,
-        rollout.next_value,
-        config.gamma,
-        config.gae_lambda,
+class PPO(ActorCriticLearner):
+    """The actor-critic trained by PPO's clipped objective, with Adam (eps 1e-5)."""
+
+    tunable = tunables(
+        learning_rate=POSITIVE,
+        gamma=UNIT,
+        gae_lambda=UNIT,
+        clip_coef=POSITIVE,
+        ent_coef=NONNEGATIVE,
+        vf_coef=NONNEGATIVE,
+        max_grad_norm=POSITIVE,
     )
-    actions = rollout.actions.flatten(0, 1)
-    old_logprobs, old_values = rollout.logprobs.flatten(), rollout.values.flatten()
-    advantages, returns = advantages.flatten(), returns.flatten()
-    clip = config.clip_coef
-    assert clip is not None and config.ent_coef is not None and config.update_epochs is not None
-    clipfracs: list[torch.Tensor] = []  # on the device: no host wait per minibatch
-    approx_kl = old_approx_kl = torch.zeros(())
-    pg_loss = v_loss = entropy_loss = torch.zeros(())
-    for _ in range(config.update_epochs):
-        for mb, dist, new_value in minibatches(config, net, rollout):
-            logratio = net.log_prob(dist, actions[mb]) - old_logprobs[mb]
-            ratio = logratio.exp()
-            with torch.no_grad():
-                old_approx_kl = (-logratio).mean()
-                approx_kl = ((ratio - 1) - logratio).mean()
-                clipfracs.append(((ratio - 1.0).abs() > clip).float().mean())
-            adv = advantages[mb]
-            if config.norm_adv:
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
-            if config.clip_vloss:
-                unclipped = (new_value - returns[mb]) ** 2
-                clipped_value = old_values[mb] + (new_value - old_values[mb]).clamp(-clip, clip)
-                v_loss = 0.5 * torch.max(unclipped, (clipped_value - returns[mb]) ** 2).mean()
-            else:
-                v_loss = 0.5 * ((new_value - returns[mb]) ** 2).mean()
-            entropy_loss = net.entropy(dist).mean()
-            loss = pg_loss - config.ent_coef * entropy_loss + config.vf_coef * v_loss
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(net.parameters(), config.max_grad_norm)
-            optimizer.step()
-        if config.target_kl is not None and approx_kl.item() > config.target_kl:
-            break
-    y_pred, y_true = old_values.cpu().numpy(), returns.cpu().numpy()
-    var_y = np.var(y_true)
-    explained = float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
-    return {
-        "losses/value_loss": v_loss.item(),
-        "losses/policy_loss": pg_loss.item(),
-        "losses/entropy": entropy_loss.item(),
-        "losses/old_approx_kl": old_approx_kl.item(),
-        "losses/approx_kl": approx_kl.item(),
-        "losses/clipfrac": torch.stack(clipfracs).mean().item(),
-        "losses/explained_variance": explained,
-    }
+
+    def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=self.config.learning_rate, eps=1e-5)
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """PPO epochs over one rollout; returns the losses and diagnostics to log."""
+        config, net, optimizer = self.config, self.net, self.optimizer
+        hp = self.hp.values()
+        clip, gamma = hp["clip_coef"], hp["gamma"]
+        advantages, returns = gae(rollout.bootstrapped_rewards(gamma), rollout.values,
+                                  rollout.ends, rollout.next_value, gamma, hp["gae_lambda"])  # fmt: skip
+        actions = rollout.actions.flatten(0, 1)
+        old_logprobs, old_values = rollout.logprobs.flatten(), rollout.values.flatten()
+        advantages, returns = advantages.flatten(), returns.flatten()
+        clipfracs: list[torch.Tensor] = []  # on the device: no host wait per minibatch
+        approx_kl = old_approx_kl = torch.zeros(())
+        pg_loss = v_loss = entropy_loss = torch.zeros(())
+        for _ in range(config.update_epochs):
+            for mb, dist, new_value in minibatches(config, net, rollout):
+                logratio = net.log_prob(dist, actions[mb]) - old_logprobs[mb]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > clip).float().mean())
+                adv = advantages[mb]
+                if config.norm_adv:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
+                if config.clip_vloss:
+                    unclipped = (new_value - returns[mb]) ** 2
+                    clipped = old_values[mb] + (new_value - old_values[mb]).clamp(-clip, clip)
+                    v_loss = 0.5 * torch.max(unclipped, (clipped - returns[mb]) ** 2).mean()
+                else:
+                    v_loss = 0.5 * ((new_value - returns[mb]) ** 2).mean()
+                entropy_loss = net.entropy(dist).mean()
+                loss = pg_loss - hp["ent_coef"] * entropy_loss + hp["vf_coef"] * v_loss
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(net.parameters(), hp["max_grad_norm"])
+                optimizer.step()
+            if config.target_kl is not None and approx_kl.item() > config.target_kl:
+                break
+        y_pred, y_true = old_values.cpu().numpy(), returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained = float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+        return {
+            "losses/value_loss": v_loss.item(),
+            "losses/policy_loss": pg_loss.item(),
+            "losses/entropy": entropy_loss.item(),
+            "losses/old_approx_kl": old_approx_kl.item(),
+            "losses/approx_kl": approx_kl.item(),
+            "losses/clipfrac": torch.stack(clipfracs).mean().item(),
+            "losses/explained_variance": explained,
+        }
 
 
-# ---- the run ------------------------------------------------------------------------------------
+class Trainer(OnPolicyTrainer):
+    """PPO on the sampler: a rollout, then its epochs of minibatch updates."""
 
-
-def train(config: Config, resume: Path | None = None) -> Path:
-    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    return run_loop(config, "ppo", resume, resolve=resolve, make_agent=make_agent, update=update)
-
-
-# ---- eval ---------------------------------------------------------------------------------------
-
-
-def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
-    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    return onpolicy.load_policy(run_dir, config, make_agent, device)
+    make_learner = PPO

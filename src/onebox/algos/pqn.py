@@ -23,20 +23,18 @@ with layer norm). Any field given on the command line wins over the preset.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from onebox import run
 from onebox.algos import onpolicy
-from onebox.algos.common import check_positive, greedy_q_policy, resolve_env
-from onebox.algos.onpolicy import Agent, run_loop
-from onebox.nn.accel import AccelFields, check_accel
+from onebox.algos.common import check_positive, fill_log_every, greedy_q_policy, resolve_env
+from onebox.algos.trainer import POSITIVE, UNIT, Learner, tunables
+from onebox.nn.accel import Accel, AccelFields, check_accel
 from onebox.nn.q_networks import EpsilonGreedy, QNetwork
-from onebox.run.config import TorchConfig
+from onebox.run.config import Switch, TorchConfig
 from onebox.run.presets import Presets
 from onebox.sampling import Rollout
 
@@ -54,8 +52,7 @@ class Config(TorchConfig, AccelFields):
     """Steps per env in each rollout (preset: 128, 32 MinAtar)."""
     learning_rate: float | None = None
     """RAdam learning rate (preset: 2.5e-4, 5e-4 MinAtar)."""
-    anneal_lr: bool = True
-    """Anneal the learning rate linearly to 0 over the run."""
+    anneal_lr: Switch = True
     gamma: float = 0.99
     """Discount factor."""
     q_lambda: float = 0.65
@@ -115,24 +112,7 @@ def resolve(config: Config) -> Config:
     onpolicy.check_sampler(config)
     if not 0 <= config.q_lambda <= 1:
         raise ValueError(f"--q-lambda must be in [0, 1], got {config.q_lambda}")
-    return config
-
-
-# ---- the agent ----------------------------------------------------------------------------------
-
-
-def make_agent(config: Config, envs: Any, device: torch.device) -> Agent:
-    """The epsilon-greedy layer-norm Q-network and RAdam (CleanRL's optimizer for PQN)."""
-    assert config.total_steps is not None and config.exploration_fraction is not None
-    q = QNetwork(envs.single_observation_space, envs.single_action_space, config.hidden,
-                 layer_norm=True)  # fmt: skip
-    duration = config.exploration_fraction * config.total_steps
-    net = EpsilonGreedy(q, config.start_e, config.end_e, duration).to(device)
-    optimizer = torch.optim.RAdam(net.parameters(), lr=config.learning_rate)
-    return Agent(net, optimizer, None, None)  # type: ignore[arg-type]
-
-
-# ---- the update ---------------------------------------------------------------------------------
+    return fill_log_every(config, batch)  # every iteration
 
 
 def q_lambda_returns(
@@ -158,50 +138,63 @@ def q_lambda_returns(
     return returns
 
 
-def update(config: Config, agent: Agent, rollout: Rollout) -> dict[str, float]:
-    """PQN epochs over one rollout; returns the loss and diagnostics to log."""
-    net, optimizer = agent.net, agent.optimizer
-    assert isinstance(net, EpsilonGreedy)
-    assert config.num_minibatches is not None and config.update_epochs is not None
-    rewards = rollout.bootstrapped_rewards(config.gamma)
-    returns = q_lambda_returns(rewards, rollout.values, rollout.ends, rollout.next_value,
-                               config.gamma, config.q_lambda).flatten()  # fmt: skip
-    obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten()
-    batch = len(returns)
-    size = batch // config.num_minibatches
-    loss = q_taken = torch.zeros(())
-    for _ in range(config.update_epochs):
-        order = torch.randperm(batch, device=returns.device)
-        for start in range(0, batch, size):
-            mb = order[start : start + size]
-            q_taken = net.q(obs[mb]).gather(1, actions[mb].unsqueeze(1)).squeeze(1)
-            loss = F.mse_loss(q_taken, returns[mb])
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(net.parameters(), config.max_grad_norm)
-            optimizer.step()
-    return {
-        "losses/td_loss": loss.item(),
-        "losses/q_values": q_taken.mean().item(),
-        "charts/epsilon": net.epsilon,
-    }
+class PQN(Learner):
+    """The epsilon-greedy layer-norm Q-network (the sampler's policy: `act` gives the action,
+    a log-probability of 0 and max_a Q) and RAdam, CleanRL's optimizer for PQN."""
+
+    tunable = tunables(learning_rate=POSITIVE, gamma=UNIT, q_lambda=UNIT, max_grad_norm=POSITIVE)
+    obs_norm = reward_scaler = None  # the sampler's transforms: none
+
+    def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device):
+        self.config = config
+        self.accel = Accel.of(config, device)
+        q = QNetwork(obs_space, act_space, config.hidden, layer_norm=True)
+        duration = config.exploration_fraction * config.total_steps
+        self.net = EpsilonGreedy(q, config.start_e, config.end_e, duration).to(device)
+        self.optimizer = torch.optim.RAdam(self.net.parameters(), lr=config.learning_rate)
+        self.hp = self.make_hyperparams(config)
+        self.hp.bind("learning_rate", self.optimizer)
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """PQN epochs over one rollout; returns the loss and diagnostics to log."""
+        config, net, optimizer = self.config, self.net, self.optimizer
+        gamma, max_grad_norm = self.hp.gamma, self.hp.max_grad_norm
+        rewards = rollout.bootstrapped_rewards(gamma)
+        returns = q_lambda_returns(rewards, rollout.values, rollout.ends, rollout.next_value,
+                                   gamma, self.hp.q_lambda).flatten()  # fmt: skip
+        obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten()
+        batch = len(returns)
+        size = batch // config.num_minibatches
+        loss = q_taken = torch.zeros(())
+        for _ in range(config.update_epochs):
+            order = torch.randperm(batch, device=returns.device)
+            for start in range(0, batch, size):
+                mb = order[start : start + size]
+                q_taken = net.q(obs[mb]).gather(1, actions[mb].unsqueeze(1)).squeeze(1)
+                loss = F.mse_loss(q_taken, returns[mb])
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(net.parameters(), max_grad_norm)
+                optimizer.step()
+        return {
+            "losses/td_loss": loss.item(),
+            "losses/q_values": q_taken.mean().item(),
+            "charts/epsilon": net.epsilon,
+        }
+
+    def greedy(self, device: torch.device) -> Any:
+        return greedy_q_policy(self.net.q.eval(), device)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.hp.apply()
 
 
-# ---- the run ------------------------------------------------------------------------------------
+class Trainer(onpolicy.OnPolicyTrainer):
+    """PQN on the sampler: a rollout acted epsilon-greedily, then its epochs of regression."""
 
-
-def train(config: Config, resume: Path | None = None) -> Path:
-    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    return run_loop(config, "pqn", resume, resolve=resolve, make_agent=make_agent, update=update)
-
-
-# ---- eval ---------------------------------------------------------------------------------------
-
-
-def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
-    """The trained policy of a run: a batch of observations -> a batch of greedy actions."""
-    with onpolicy.make_probe(config) as probe:
-        agent = make_agent(config, probe, torch.device(device))
-    agent.load_state_dict(run.load_checkpoint(run_dir)["agent"])
-    assert isinstance(agent.net, EpsilonGreedy)
-    return greedy_q_policy(agent.net.q.eval(), device)
+    make_learner = PQN

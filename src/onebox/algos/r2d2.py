@@ -33,25 +33,23 @@ A checkpoint holds the networks, the optimizer and the counters; the replay tabl
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-from pathlib import Path
+import functools
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import nn
 
-from onebox import run
 from onebox.algos import actor_learner, apex
-from onebox.algos.common import check_positive, parse_env_options, resolve_env
-from onebox.nn.q_networks import QNetwork, RecurrentQNetwork
+from onebox.algos.common import check_positive, fill_log_every, resolve_env
+from onebox.algos.dqn import QLearner
+from onebox.algos.trainer import POSITIVE, UNIT, tunables
+from onebox.nn.q_networks import QNetwork, RecurrentQNetwork, epsilon_greedy
 from onebox.replay import SequenceBatch, SequenceReplay, mixed_priority
-from onebox.run.config import TorchConfig
+from onebox.run.config import Switch, TorchConfig
 from onebox.run.presets import Presets
-from onebox.sampling.actors import ActorSpec
 from onebox.sampling.channels import SequenceChannel
-from onebox.sampling.inference import InferenceServer
 
 
 @dataclasses.dataclass
@@ -92,9 +90,9 @@ class Config(TorchConfig, actor_learner.ActorFields):
     """Learn Q in h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x space (R2D2's value rescaling)."""
     learning_rate: float | None = None
     """Adam learning rate (preset: 1e-3 classic, 1e-4 Atari)."""
-    anneal_lr: bool | None = None
-    """Anneal the learning rate linearly to 0 over the run's expected learner updates (needs
-    --samples-per-insert; preset: on classic, off Atari)."""
+    anneal_lr: Switch | None = None
+    """Anneal the learning rate linearly to 0 over the run's env steps (preset: on classic, off
+    Atari)."""
     buffer_size: int | None = None
     """Replay table capacity in sequences (preset: 5,000 classic, 10,000 Atari)."""
     batch_size: int | None = None
@@ -121,9 +119,9 @@ class Config(TorchConfig, actor_learner.ActorFields):
     `learning_starts` sequences before it learns again."""
 
     @property
-    def num_envs(self) -> int | None:
-        """Envs of all actors together."""
-        return self.actors * self.envs_per_actor if self.actors and self.envs_per_actor else None
+    def num_envs(self) -> int:
+        """Envs of all actors together (of a resolved config)."""
+        return self.actors * self.envs_per_actor  # type: ignore[operator]
 
 
 PRESETS = Presets(Config, {
@@ -187,7 +185,7 @@ def resolve(config: Config) -> Config:
             raise ValueError(
                 f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(c, name)}"
             )
-    return actor_learner.resolve_actors(config)
+    return fill_log_every(actor_learner.resolve_actors(config), 1000)
 
 
 def rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
@@ -223,8 +221,8 @@ def nstep_targets(q: torch.Tensor, q_target: torch.Tensor, batch: SequenceBatch,
     return returns + discount * value
 
 
-def epsilon_greedy(net: RecurrentQNetwork, epsilons: torch.Tensor,
-                   generator: torch.Generator) -> Any:  # fmt: skip
+def recurrent_policy(net: RecurrentQNetwork, epsilons: torch.Tensor,
+                     generator: torch.Generator) -> Any:  # fmt: skip
     """`net` as a recurrent `PolicyFn`: epsilon-greedy actions, each row with its actor's
     epsilon, and the state (h, c) the network had before this step (recorded by the actors);
     plus the state after it."""
@@ -232,48 +230,76 @@ def epsilon_greedy(net: RecurrentQNetwork, epsilons: torch.Tensor,
     def policy(obs: torch.Tensor, actor_ids: torch.Tensor, env_ids: torch.Tensor,
                state: tuple[torch.Tensor, torch.Tensor]) -> Any:  # fmt: skip
         q, after = net.unroll(obs[None], state)
-        actions = apex.explore(q[0], actor_ids, epsilons, generator)
+        actions = epsilon_greedy(q[0], epsilons[actor_ids], generator)
         return {"actions": actions, "h": state[0], "c": state[1]}, after
 
     return policy
 
 
-class Learner(apex.TargetLearner):
-    """The recurrent Q-network served epsilon-greedily per actor, its target network, optimizer."""
+class R2D2(QLearner):
+    """The recurrent dueling Q-network served epsilon-greedily per actor (the server keeps each
+    env's LSTM state), its target network and Adam, fed by a sequence table."""
 
-    def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device,
-                 channel: SequenceChannel) -> None:  # fmt: skip
-        self.config, self.device, self.channel = config, device, channel
-        self.net = make_net(config, obs_space, act_space).to(device)
-        self.target = copy.deepcopy(self.net).requires_grad_(False)
+    tunable = tunables(learning_rate=POSITIVE, gamma=UNIT, max_grad_norm=POSITIVE,
+                       priority_eta=UNIT)  # fmt: skip
+    steps_per_update = None  # a replay table: the run ends on its env steps
+
+    def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device):
+        super().__init__(config, obs_space, act_space, device, target_every=config.target_update)
         if isinstance(self.target.core, nn.LSTM):  # a deep copy's weights lie apart, which
             self.target.core.flatten_parameters()  # cuDNN would compact at every call
-        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate or 0.0)
-        eps = apex.actor_epsilons(config.actors or 1, config.eps_base or 0.0, config.eps_alpha)
+        eps = apex.actor_epsilons(config.actors, config.eps_base, config.eps_alpha)
         self.epsilons = torch.as_tensor(eps, dtype=torch.float32, device=device)
-        self.outputs = state_outputs(config)
-        self.updates, self.expected_updates = 0, expected_updates(config)
+        self.state_size = config.lstm
+        self.outputs = {"h": ((config.lstm,), np.float32), "c": ((config.lstm,), np.float32)}
         self.generator = torch.Generator(device).manual_seed(config.seed)
-        self.policy = epsilon_greedy(self.net, self.epsilons, self.generator)
+        self.policy = recurrent_policy(self.net, self.epsilons, self.generator)
 
-    def update(self, batch: SequenceBatch, server: InferenceServer) -> dict[str, float]:
+    def make_net(self, config: Any, obs_space: Any, act_space: Any) -> nn.Module:
+        return RecurrentQNetwork(obs_space, act_space, config.hidden, config.lstm, config.core)
+
+    def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=self.config.learning_rate)
+
+    def local_policy(self) -> Any:
+        return functools.partial(apex.local_q_policy, epsilons=self.epsilons.cpu(),
+                                 make=recurrent_policy)  # fmt: skip
+
+    def make_channel(self, obs_space: Any, act_space: Any) -> SequenceChannel:
+        """The prioritized sequence table, each actor's envs owning rows of it."""
+        c = self.config
+        table = SequenceReplay(
+            c.buffer_size, tuple(obs_space.shape), obs_space.dtype, (), np.int64, c.num_envs,
+            c.lstm, seq_len=c.seq_len, overlap=c.overlap, burn_in=c.burn_in, prioritized=True,
+            alpha=c.priority_alpha, beta=c.priority_beta, beta_steps=expected_updates(c),
+            seed=c.seed,
+        )  # fmt: skip
+        self.replay = SequenceChannel(table, c.envs_per_actor, c.learning_starts, c.batch_size,
+                                      c.samples_per_insert or None,
+                                      slack=c.actors * c.envs_per_actor * c.unroll)  # fmt: skip
+        return self.replay
+
+    def notes(self) -> list[str]:
+        return [apex.rate_note(self.config, "steps")]
+
+    def update(self, batch: SequenceBatch) -> dict[str, float]:
         c, dev = self.config, self.device
-        burn = c.burn_in or 0
+        burn = c.burn_in
         obs = torch.as_tensor(batch.obs, device=dev).transpose(0, 1)  # (L + 1, B, ...)
         state = tuple(torch.as_tensor(x, device=dev) for x in batch.hidden)
         first = torch.as_tensor(batch.first, device=dev)
         with torch.no_grad():
-            q_target, _ = self.target.unroll(obs, state)  # type: ignore[arg-type]
+            q_target, _ = self.target.unroll(obs, state)  # type: ignore[operator]
         if burn:  # gradients stop at the burn-in's end, except where a sequence begins an episode
-            q_head, warm = self.net.unroll(obs[:burn], state)  # type: ignore[arg-type]
+            q_head, warm = self.net.unroll(obs[:burn], state)  # type: ignore[operator]
             warm = tuple(torch.where(first[:, None], s, s.detach()) for s in warm)
-            q_rest, _ = self.net.unroll(obs[burn:], warm)  # type: ignore[arg-type]
+            q_rest, _ = self.net.unroll(obs[burn:], warm)  # type: ignore[operator]
             q = torch.cat([q_head, q_rest]).transpose(0, 1)  # (B, L + 1, actions)
         else:
-            q = self.net.unroll(obs, state)[0].transpose(0, 1)  # type: ignore[arg-type]
+            q = self.net.unroll(obs, state)[0].transpose(0, 1)  # type: ignore[operator]
         with torch.no_grad():
-            y = nstep_targets(q.detach(), q_target.transpose(0, 1), batch, c.n_step or 1,
-                              c.gamma or 0.0, c.value_rescaling)  # fmt: skip
+            y = nstep_targets(q.detach(), q_target.transpose(0, 1), batch, c.n_step,
+                              self.hp.gamma, c.value_rescaling)  # fmt: skip
         actions = torch.as_tensor(batch.actions, device=dev).long()
         q_taken = q[:, :-1].gather(-1, actions[..., None])[..., 0]
         seq_len = actions.shape[1]
@@ -282,100 +308,42 @@ class Learner(apex.TargetLearner):
         td = torch.where(trained, q_taken - y, 0.0)
         weights = torch.as_tensor(batch.weights, device=dev)[:, None]
         loss = (weights * td.pow(2)).sum() / (len(td) * (seq_len - burn))
-        self.step(loss, server)
+        self.optimize(loss, tau=1.0)
         abs_td, mask = td.detach().abs().cpu().numpy(), trained.cpu().numpy()
-        self.channel.update_priorities(batch.indices, mixed_priority(abs_td, mask, c.priority_eta))
+        self.replay.update_priorities(batch.indices, mixed_priority(abs_td, mask,
+                                                                    self.hp.priority_eta))  # fmt: skip
         return {"losses/td_loss": loss.item(), "losses/q_values": q_taken[trained].mean().item(),
-                "charts/replay_size": len(self.channel.buffer)}  # fmt: skip
+                "charts/replay_size": len(self.replay.buffer)}  # fmt: skip
 
+    def greedy(self, device: torch.device) -> Any:
+        """(observations, starts) -> greedy actions, carrying each env's LSTM state between
+        calls (zeroed where `starts` flags a new episode)."""
+        net = self.net.to(device).eval()
+        carry: list[Any] = []
 
-CHECKPOINT_KEYS = ("net", "target", "optimizer")
-"""What an R2D2 checkpoint holds besides the loop's counters."""
+        @torch.no_grad()
+        def policy(obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+            if not carry:
+                carry.extend(torch.zeros(len(obs), net.size, device=device) for _ in range(2))
+            keep = torch.as_tensor(~np.asarray(starts, np.bool_), device=device)[:, None]
+            h, c = (s * keep for s in carry)
+            q, carry[:] = net.unroll(torch.as_tensor(obs, device=device)[None], (h, c))
+            return q[0].argmax(-1).cpu().numpy()
 
-
-def make_net(config: Config, obs_space: Any, act_space: Any) -> RecurrentQNetwork:
-    """The recurrent dueling Q-network the config describes."""
-    return RecurrentQNetwork(obs_space, act_space, config.hidden or (), config.lstm or 1,
-                             config.core)  # fmt: skip
-
-
-def state_outputs(config: Config) -> dict[str, tuple[tuple[int, ...], Any]]:
-    """What the policy outputs besides actions: the state (h, c) before each step."""
-    size = config.lstm or 1
-    return {"h": ((size,), np.float32), "c": ((size,), np.float32)}
-
-
-def actor_spec(config: Config) -> ActorSpec:
-    """What each actor runs: its envs, its unroll length, the states it records."""
-    return ActorSpec(
-        env=config.env,
-        num_envs=config.envs_per_actor or 1,
-        num_threads=config.num_threads,
-        env_options=parse_env_options(config.env_options),
-        unroll=config.unroll,
-        outputs=state_outputs(config),
-        lstm=config.lstm,
-        splits=config.env_splits,
-    )
+        return policy
 
 
 def expected_updates(config: Config) -> int:
-    """The learner updates of the run (see `apex.expected_updates`): a sequence brings
+    """The learner updates of a run held to `samples_per_insert` (1 per sampled batch where it
+    is 0): the importance-sampling exponent reaches 1 at the last. A sequence brings
     `seq_len - overlap` new env steps."""
-    return apex.expected_updates(config, config.seq_len - config.overlap)
+    per_step = (config.samples_per_insert or 1) / ((config.seq_len - config.overlap)
+                                                   * config.batch_size)  # fmt: skip
+    return max(int(config.total_steps * per_step), 1)
 
 
-def setup(
-    config: Config, obs_space: Any, act_space: Any, device: torch.device
-) -> actor_learner.Setup:
-    """R2D2's parts for the actor-learner loop: the sequence replay channel and the learner."""
-    c: Any = config
-    table = SequenceReplay(
-        c.buffer_size, tuple(obs_space.shape), obs_space.dtype, (), np.int64, c.num_envs, c.lstm,
-        seq_len=c.seq_len, overlap=c.overlap, burn_in=c.burn_in, prioritized=True,
-        alpha=c.priority_alpha, beta=c.priority_beta,
-        beta_steps=expected_updates(config), seed=c.seed,
-    )  # fmt: skip
-    channel = SequenceChannel(table, c.envs_per_actor, c.learning_starts, c.batch_size,
-                              c.samples_per_insert or None,
-                              slack=c.actors * c.envs_per_actor * c.unroll)  # fmt: skip
-    learner = Learner(config, obs_space, act_space, device, channel)
-    local = apex.local_policy(actor_learner.actors_net(c, learner.net), learner.epsilons.cpu(),
-                              c.seed, epsilon_greedy, c.lstm)  # fmt: skip
-    return actor_learner.Setup(
-        spec=actor_spec(config),
-        learner=learner,
-        channel=channel,
-        replay=channel,
-        total_steps=c.total_steps,
-        log_every=20,
-        local=local,
-    )
+class Trainer(actor_learner.ActorLearnerTrainer):
+    """R2D2: Ape-X's actors and epsilons, the server keeping each env's LSTM state, a sequence
+    table, the recurrent learner with burn-in."""
 
-
-def train(config: Config, resume: Path | None = None) -> Path:
-    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    return actor_learner.train(config, resume, "r2d2", resolve, setup, CHECKPOINT_KEYS)
-
-
-def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
-    """The trained policy of a run: (observations, starts) -> greedy actions, carrying each env's
-    LSTM state between calls (zeroed where `starts` flags a new episode)."""
-    state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)
-    spec = dataclasses.replace(actor_spec(config), num_envs=1)
-    with spec.make_pool(config.seed) as probe:
-        net = make_net(config, probe.single_observation_space, probe.single_action_space)
-    net.load_state_dict(state["net"])
-    net.to(device).eval()
-    carry: list[Any] = []
-
-    @torch.no_grad()
-    def policy(obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        if not carry:
-            carry.extend(torch.zeros(len(obs), net.size, device=device) for _ in range(2))
-        keep = torch.as_tensor(~np.asarray(starts, np.bool_), device=device)[:, None]
-        h, c = (s * keep for s in carry)
-        q, carry[:] = net.unroll(torch.as_tensor(obs, device=device)[None], (h, c))
-        return q[0].argmax(-1).cpu().numpy()
-
-    return policy
+    make_learner = R2D2

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from onebox import run
 from onebox.algos import offpolicy
-from onebox.algos.common import check_positive, resolve_env
-from onebox.nn.accel import AccelFields, check_accel
+from onebox.algos.common import check_positive, fill_log_every, resolve_env
+from onebox.algos.trainer import POSITIVE, RATE, Learner, tunables
+from onebox.nn.accel import Accel, AccelFields, check_accel
 from onebox.nn.q_networks import ContinuousQ, SquashedGaussianActor, check_bounded_actions
 from onebox.replay import ReplayBatch
 from onebox.run.config import TorchConfig
@@ -106,7 +105,7 @@ def resolve(config: Config) -> Config:
     offpolicy.check_replay(config)
     if not 0 < config.tau <= 1:
         raise ValueError(f"--tau must be in (0, 1], got {config.tau}")
-    return config
+    return fill_log_every(config, 1000)
 
 
 # ---- the losses ---------------------------------------------------------------------------------
@@ -132,12 +131,17 @@ def alpha_loss(
     return (-log_alpha.exp() * (log_prob.detach() + target_entropy)).mean()
 
 
-class Agent:
-    """Actor, twin critics and their targets, alpha and the optimizers: what a checkpoint restores."""
+class SAC(Learner):
+    """Actor, twin critics and their targets, alpha and the optimizers (the critics' rate also
+    tunes alpha). `alpha` is tunable when it is not learned (`--autotune False`)."""
 
-    def __init__(self, config: Config, envs: Any, device: torch.device) -> None:
+    tunable = tunables(policy_lr=POSITIVE, q_lr=POSITIVE, tau=RATE, alpha=POSITIVE)
+    learning_rates = ("policy_lr", "q_lr")
+    replay: Any = None
+
+    def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device):
         self.config, self.device = config, device
-        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        self.accel = Accel.of(config, device)
         self.low, self.high = check_bounded_actions(act_space)
         self.actor = SquashedGaussianActor(obs_space, act_space, config.hidden).to(device)
         self.q1 = ContinuousQ(obs_space, act_space, config.hidden).to(device)
@@ -149,17 +153,21 @@ class Agent:
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.policy_lr)
         self.target_entropy = -float(np.prod(act_space.shape))
         self.log_alpha = torch.zeros(1, device=device, requires_grad=config.autotune)
-        if not config.autotune:
-            self.log_alpha.data.fill_(float(np.log(config.alpha)))
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.q_lr)
+        names = [n for n in self.tunable if n != "alpha" or not config.autotune]
+        self.hp = self.make_hyperparams(config, names)
+        self.hp.bind("q_lr", self.q_optimizer, self.alpha_optimizer)
+        self.hp.bind("policy_lr", self.actor_optimizer)
         self.updates = 0
 
     @property
     def alpha(self) -> float:
-        return float(self.log_alpha.detach().exp())
+        """The entropy coefficient: learned (`autotune`), else the tunable value."""
+        return float(self.log_alpha.detach().exp()) if self.config.autotune else self.hp.alpha
 
     def act(self, obs: np.ndarray, step: int) -> np.ndarray:
-        assert self.config.learning_starts is not None
+        """Uniformly random actions for the first `learning_starts` steps, then the policy's
+        samples."""
         if step < self.config.learning_starts:
             u = torch.rand(len(obs), len(self.low), dtype=torch.float64).numpy()
             return (self.low + u * (self.high - self.low)).astype(np.float32)
@@ -167,15 +175,16 @@ class Agent:
             action, _, _ = self.actor.sample(torch.as_tensor(obs, device=self.device))
         return action.cpu().numpy()
 
-    def update(self, batch: ReplayBatch, step: int) -> tuple[dict[str, float], torch.Tensor | None]:
+    def update(self, batch: ReplayBatch) -> dict[str, float]:
         c = self.config
         obs, next_obs = self._tensor(batch.obs), self._tensor(batch.next_obs)
         actions, weights = self._tensor(batch.actions), self._tensor(batch.weights)
+        alpha = self.alpha
         with torch.no_grad():
             next_actions, next_log_prob, _ = self.actor.sample(next_obs)
             y = critic_target(self._tensor(batch.returns), self._tensor(batch.discounts),
                               self.q1_target(next_obs, next_actions),
-                              self.q2_target(next_obs, next_actions), next_log_prob, self.alpha)  # fmt: skip
+                              self.q2_target(next_obs, next_actions), next_log_prob, alpha)  # fmt: skip
         q1, q2 = self.q1(obs, actions), self.q2(obs, actions)
         q_loss = (weights * ((q1 - y).pow(2) + (q2 - y).pow(2))).mean()
         self.q_optimizer.zero_grad()
@@ -188,12 +197,15 @@ class Agent:
             for _ in range(c.policy_frequency):
                 stats.update(self._update_actor(obs))
         if self.updates % c.target_network_frequency == 0:
+            tau = self.hp.tau
             for net, target in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
                 for p, tp in zip(net.parameters(), target.parameters(), strict=True):
-                    tp.lerp_(p.detach(), c.tau)
+                    tp.lerp_(p.detach(), tau)
         stats["losses/alpha"] = self.alpha
-        td = ((q1 - y).abs() + (q2 - y).abs()).detach() / 2
-        return stats, td if c.prioritized else None
+        if self.replay is not None and self.replay.prioritized:
+            td = ((q1 - y).abs() + (q2 - y).abs()).detach() / 2
+            self.replay.update_priorities(batch.indices, td.cpu().numpy())
+        return stats
 
     def _update_actor(self, obs: torch.Tensor) -> dict[str, float]:
         actions, log_prob, _ = self.actor.sample(obs)
@@ -216,39 +228,32 @@ class Agent:
     def _tensor(self, x: Any) -> torch.Tensor:
         return torch.as_tensor(x, device=self.device)
 
+    def greedy(self, device: torch.device) -> Any:
+        """Observations -> the deterministic actions tanh(mean), rescaled."""
+        actor = self.actor.eval()
+
+        @torch.no_grad()
+        def policy(obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+            return actor.sample(torch.as_tensor(obs, device=device))[2].cpu().numpy()
+
+        return policy
+
+    NETS = ("actor", "q1", "q2", "q1_target", "q2_target", "q_optimizer", "actor_optimizer",
+            "alpha_optimizer")  # fmt: skip
+
     def state_dict(self) -> dict[str, Any]:
-        nets = ("actor", "q1", "q2", "q1_target", "q2_target", "q_optimizer", "actor_optimizer",
-                "alpha_optimizer")  # fmt: skip
-        return {**{k: getattr(self, k).state_dict() for k in nets},
+        return {**{k: getattr(self, k).state_dict() for k in self.NETS},
                 "log_alpha": self.log_alpha.detach().clone(), "updates": self.updates}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key, value in state.items():
-            if key == "log_alpha":
-                self.log_alpha.data.copy_(value)
-            elif key == "updates":
-                self.updates = value
-            else:
-                getattr(self, key).load_state_dict(value)
+        for key in self.NETS:
+            getattr(self, key).load_state_dict(state[key])
+        self.log_alpha.data.copy_(state["log_alpha"])
+        self.updates = int(state["updates"])
+        self.hp.apply()
 
 
-# ---- the run ------------------------------------------------------------------------------------
+class Trainer(offpolicy.ReplayTrainer):
+    """SAC: one inline actor, a replay buffer, twin critics and a squashed Gaussian actor."""
 
-
-def train(config: Config, resume: Path | None = None) -> Path:
-    """Train (or, with `resume`, continue the run in that folder); return the run folder."""
-    return offpolicy.run_loop(config, "sac", resume, resolve=resolve, make_agent=Agent)
-
-
-def load_policy(run_dir: Path, config: Config, device: str = "cpu") -> Any:
-    """The trained policy of a run: observations -> the deterministic actions tanh(mean)."""
-    with offpolicy.make_envs(config, num_envs=1) as probe:
-        agent = Agent(config, probe, torch.device(device))
-    agent.load_state_dict(run.load_checkpoint(run_dir)["agent"])
-    actor = agent.actor.eval()
-
-    @torch.no_grad()
-    def policy(obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        return actor.sample(torch.as_tensor(obs, device=device))[2].cpu().numpy()
-
-    return policy
+    make_learner = SAC

@@ -80,22 +80,23 @@ def learner_alone(config: ApexBenchConfig, root: Path, client: bool = False) -> 
     from onebox.sampling.inference import InferenceServer
 
     c = base_config(config, 1, root, "alone")
-    torch.set_num_threads(c.torch_threads or 1)
+    torch.set_num_threads(c.torch_threads)
     rng = np.random.default_rng(0)
     with onebox.envs.make(c.env, c.num_envs, autoreset_mode="SameStep", seed=0) as envs:
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
-        parts = apex.setup(c, obs_space, act_space, torch.device("cpu"))
+        learner = apex.ApeX(c, obs_space, act_space, torch.device("cpu"))
+        channel = learner.make_channel(obs_space, act_space)
         obs, _ = envs.reset(seed=0)
-        buffer = parts.channel.buffer  # type: ignore[attr-defined]
-        while len(buffer) < 2 * (c.learning_starts or 1):
+        buffer = channel.buffer
+        while len(buffer) < 2 * max(1, c.learning_starts):
             actions = rng.integers(act_space.n, size=envs.num_envs)
             nxt, rewards, term, trunc, info = envs.step(actions)
             ends = np.logical_or(term, trunc)
             buffer.add(obs, actions, rewards, term, trunc, offpolicy.true_next_obs(nxt, ends, info))
             obs = nxt
-    learner = parts.learner
     stop, requests = threading.Event(), [0]
     with InferenceServer(learner.policy, obs_space, act_space, outputs=learner.outputs) as server:
+        learner.updating = server.updating
 
         def ask() -> None:
             ids, batch = np.arange(obs.shape[0]), np.ascontiguousarray(obs)
@@ -105,7 +106,7 @@ def learner_alone(config: ApexBenchConfig, root: Path, client: bool = False) -> 
 
         def update(k: int) -> None:
             for _ in range(k):
-                learner.update(parts.channel.take(lambda: False), server)
+                learner.update(channel.take(lambda: False))
 
         thread = threading.Thread(target=ask, daemon=True)
         if client:
@@ -123,10 +124,10 @@ def learner_alone(config: ApexBenchConfig, root: Path, client: bool = False) -> 
 
 def with_actors(config: ApexBenchConfig, actors: int, root: Path, k: int) -> tuple[float, float]:
     """(updates/s, env steps/s) of `onebox train apex` with `actors` actors, learning phase."""
-    from onebox.algos import apex
+    from onebox.algos import driver
 
     c = base_config(config, actors, root, f"actors{actors}-{k}")
-    rates = learning_rates(apex.train(c) / "metrics.csv")
+    rates = learning_rates(driver.train(c) / "metrics.csv")
     if rates is None:
         raise ValueError(
             f"--total-steps {config.total_steps} is too short: the run with {actors} actor(s) "

@@ -21,6 +21,7 @@ import functools
 import itertools
 from typing import Any
 
+from onebox.bench.loops import Loop, Task, Unavailable, half, sync_loop
 from onebox.envs.atari_games import atari_ids, rom_id
 
 
@@ -34,15 +35,13 @@ def envpool_options(env_id: str) -> dict[str, Any]:
     return {"episodic_life": True, "reward_clip": True} if is_atari(env_id) else {}
 
 
-def _rom(task: Any) -> str:
-    from onebox.bench.envs import Unavailable
-
+def _rom(task: Task) -> str:
     if not is_atari(task.env_id):
         raise Unavailable(f"n/a: {task.env_id} is not an Atari game")
     return rom_id(task.env_id)
 
 
-def _ale_env(task: Any, batch_size: int) -> Any:
+def _ale_env(task: Task, batch_size: int) -> Any:
     from ale_py.vector_env import AtariVectorEnv
 
     return AtariVectorEnv(
@@ -55,17 +54,14 @@ def _ale_env(task: Any, batch_size: int) -> Any:
     )
 
 
-def ale_sync(task: Any) -> Any:
-    from onebox.bench.envs import _sync_loop
+def ale_sync(task: Task) -> Loop:
+    """`step` over every env of ALE's `AtariVectorEnv`."""
+    return sync_loop(_ale_env(task, task.num_envs), task, task.num_envs)
 
-    return _sync_loop(_ale_env(task, task.num_envs), task, task.num_envs)
 
-
-def ale_async(task: Any) -> Any:
+def ale_async(task: Task) -> Loop:
     """`recv()`, then `send(actions)` to the envs just received (ALE's send has no env ids)."""
-    from onebox.bench.envs import Loop, _half
-
-    batch = _half(task.num_envs)
+    batch = half(task.num_envs)
     env = _ale_env(task, batch)
     batches = itertools.cycle(task.actions(env.single_action_space, batch))
     env.reset(seed=task.seed)  # returns the first batch, as recv does
@@ -93,7 +89,7 @@ def _gymnasium_atari(env_id: str) -> Any:
     return ClipReward(env, np.float32(-1), np.float32(1))
 
 
-def gymnasium_vector_env(task: Any, mode: str) -> Any:
+def gymnasium_vector_env(task: Task, mode: str) -> Any:
     """Gymnasium's Sync ("sync") or Async ("async") vector env of the game, preprocessed."""
     import gymnasium as gym
 

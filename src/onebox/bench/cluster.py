@@ -49,7 +49,7 @@ class RayBenchConfig:
 
 def measure(config: RayBenchConfig, case: str, root: Path, n: int) -> tuple[float, float | None]:
     """(env steps/s, bytes sent per env step or None) of one IMPALA run of `case`."""
-    from onebox.algos import impala
+    from onebox.algos import driver, impala
 
     fields: dict = {"inference": "local"}
     if case == "central":
@@ -61,7 +61,7 @@ def measure(config: RayBenchConfig, case: str, root: Path, n: int) -> tuple[floa
         total_steps=config.total_steps, runs_dir=str(root), name=f"{case}-{n}",
         checkpoint_minutes=0.0, progress=False, **fields,
     )  # fmt: skip
-    run_dir = impala.train(run_config)
+    run_dir = driver.train(run_config)
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     # From the first log at which every actor host has sent an unroll (they start one by one).

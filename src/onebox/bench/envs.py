@@ -8,7 +8,9 @@ time after a warm-up.
 
 Backends are rows of `PEERS`: a name, a family (what `--peers` also accepts) and a function that
 builds a `Loop` for a `Task`, or raises `Unavailable` to say why it cannot (not installed, no
-such env, too many processes). Other env families (Atari against ALE's AtariVectorEnv, MuJoCo)
+such env, too many processes); those, and the sync and async loops, are `onebox.bench.loops`',
+shared with the Atari rows (`onebox.bench.atari_peers`) and the process backend's rows
+(`onebox.bench.process_peers`). Other env families (Atari against ALE's AtariVectorEnv, MuJoCo)
 are more rows: `make` functions that map the env id to their own and build their vector env.
 MinAtar's native games (`MinAtar/Breakout-v1`, ...) run against the `minatar` package, whose
 Gymnasium envs the Gymnasium rows and the process rows make (`register_minatar`).
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import itertools
 import statistics
 import warnings
 from collections.abc import Callable
@@ -26,43 +27,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from onebox.bench import atari_peers, common, process_peers
+from onebox.bench.loops import (
+    Loop,
+    Task,
+    Unavailable,
+    async_loop,
+    half,
+    register_minatar,
+    sync_loop,
+)
 
 ASYNC_VECTOR_MAX_ENVS = 64
 """Gymnasium's AsyncVectorEnv runs one process per env: it is skipped above this many envs."""
-
-ACTION_BATCHES = 16
-"""Random action batches drawn before timing; the loops cycle through them."""
-
-
-class Unavailable(Exception):
-    """A backend cannot run this task; the message says why and goes in the table."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-    """What every backend is asked to step."""
-
-    env_id: str
-    num_envs: int
-    num_threads: int
-    seed: int = 0
-
-    def actions(self, single_space: Any, batch: int) -> list[Any]:
-        """`ACTION_BATCHES` batches of `batch` random valid actions from `single_space`."""
-        from gymnasium.vector.utils import batch_space
-
-        space = batch_space(single_space, batch)
-        space.seed(self.seed)
-        return [space.sample() for _ in range(ACTION_BATCHES)]
-
-
-@dataclasses.dataclass
-class Loop:
-    """A backend ready to time: `run(k)` makes k calls of its loop body."""
-
-    run: Callable[[int], None]
-    steps_per_call: int
-    close: Callable[[], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,40 +53,6 @@ class Peer:
     """Its name in the table."""
     make: Callable[[Task], Loop]
     """Build the env and its loop for a task; raise `Unavailable` if it cannot."""
-
-
-# ---- the loops ---------------------------------------------------------------------------------
-
-
-def _sync_loop(env: Any, task: Task, steps_per_call: int) -> Loop:
-    """`env.step(actions)` over every env: the loop of every sync vector env."""
-    batches = itertools.cycle(task.actions(env.single_action_space, steps_per_call))
-    env.reset(seed=task.seed)
-    step = env.step
-
-    def run(k: int) -> None:  # across calls too: slow envs are timed one call at a time
-        for _ in range(k):
-            step(next(batches))
-
-    return Loop(run, steps_per_call, env.close)
-
-
-def _async_loop(env: Any, task: Task, batch_size: int) -> Loop:
-    """`recv()` the first batch_size envs to finish, `send` them their next actions."""
-    batches = itertools.cycle(task.actions(env.single_action_space, batch_size))
-    env.async_reset()
-    recv, send = env.recv, env.send
-
-    def run(k: int) -> None:
-        for _ in range(k):
-            info = recv()[-1]
-            send(next(batches), info["env_id"])
-
-    return Loop(run, batch_size, env.close)
-
-
-def _half(n: int) -> int:
-    return max(1, n // 2)
 
 
 # ---- onebox ------------------------------------------------------------------------------------
@@ -131,12 +73,12 @@ def _onebox(task: Task, batch_size: int | None) -> Any:
 
 
 def onebox_sync(task: Task) -> Loop:
-    return _sync_loop(_onebox(task, None), task, task.num_envs)
+    return sync_loop(_onebox(task, None), task, task.num_envs)
 
 
 def onebox_async(task: Task) -> Loop:
-    batch = _half(task.num_envs)
-    return _async_loop(_onebox(task, batch), task, batch)
+    batch = half(task.num_envs)
+    return async_loop(_onebox(task, batch), task, batch)
 
 
 # ---- closed loop: a linear policy, one parameter vector per env (as in ES / random search) ------
@@ -192,22 +134,6 @@ def onebox_python_policy(task: Task) -> Loop:
 # ---- Gymnasium ---------------------------------------------------------------------------------
 
 
-def register_minatar(env_id: str) -> None:
-    """Register the `minatar` package's Gymnasium ids (`MinAtar/Breakout-v1`, ...) for the peers
-    that run the package, Gymnasium's vector envs and onebox's process backend (Gymnasium 1.x does
-    not load the package's entry point by itself). Nothing for other ids, or without the package
-    (those peers then say n/a)."""
-    import gymnasium as gym
-
-    if not env_id.startswith("MinAtar/") or env_id in gym.registry:
-        return
-    try:
-        import minatar.gym
-    except ImportError:
-        return
-    minatar.gym.register_envs()
-
-
 def _gymnasium_spec(task: Task) -> Any:
     import gymnasium as gym
 
@@ -222,10 +148,10 @@ def gymnasium_sync(task: Task) -> Loop:
     import gymnasium as gym
 
     if atari_peers.is_atari(task.env_id):
-        return _sync_loop(atari_peers.gymnasium_vector_env(task, "sync"), task, task.num_envs)
+        return sync_loop(atari_peers.gymnasium_vector_env(task, "sync"), task, task.num_envs)
     _gymnasium_spec(task)
     env = gym.make_vec(task.env_id, num_envs=task.num_envs, vectorization_mode="sync")
-    return _sync_loop(env, task, task.num_envs)
+    return sync_loop(env, task, task.num_envs)
 
 
 def gymnasium_async(task: Task) -> Loop:
@@ -234,10 +160,10 @@ def gymnasium_async(task: Task) -> Loop:
     if task.num_envs > ASYNC_VECTOR_MAX_ENVS:
         raise Unavailable(f"skipped: > {ASYNC_VECTOR_MAX_ENVS} envs (one process each)")
     if atari_peers.is_atari(task.env_id):
-        return _sync_loop(atari_peers.gymnasium_vector_env(task, "async"), task, task.num_envs)
+        return sync_loop(atari_peers.gymnasium_vector_env(task, "async"), task, task.num_envs)
     _gymnasium_spec(task)
     env = gym.make_vec(task.env_id, num_envs=task.num_envs, vectorization_mode="async")
-    return _sync_loop(env, task, task.num_envs)
+    return sync_loop(env, task, task.num_envs)
 
 
 def gymnasium_vector(task: Task) -> Loop:
@@ -246,7 +172,7 @@ def gymnasium_vector(task: Task) -> Loop:
     if _gymnasium_spec(task).vector_entry_point is None:
         raise Unavailable(f"n/a: no numpy-vectorized {task.env_id} in Gymnasium")
     env = gym.make_vec(task.env_id, num_envs=task.num_envs, vectorization_mode="vector_entry_point")
-    return _sync_loop(env, task, task.num_envs)
+    return sync_loop(env, task, task.num_envs)
 
 
 # ---- EnvPool -----------------------------------------------------------------------------------
@@ -270,12 +196,12 @@ def _envpool(task: Task, batch_size: int) -> Any:
 
 
 def envpool_sync(task: Task) -> Loop:
-    return _sync_loop(_envpool(task, task.num_envs), task, task.num_envs)
+    return sync_loop(_envpool(task, task.num_envs), task, task.num_envs)
 
 
 def envpool_async(task: Task) -> Loop:
-    batch = _half(task.num_envs)
-    return _async_loop(_envpool(task, batch), task, batch)
+    batch = half(task.num_envs)
+    return async_loop(_envpool(task, batch), task, batch)
 
 
 PEERS: tuple[Peer, ...] = (

@@ -35,7 +35,6 @@ say). The report then says, at its top, that its numbers measure nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -44,45 +43,12 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from onebox.bench import common
-
-Part = Literal["policy", "envs", "train", "inference", "evolve", "offpolicy", "learn"]
-PARTS: tuple[Part, ...] = ("envs", "train", "evolve", "inference", "offpolicy", "policy", "learn")
-ENV = "Pong-v5"
-FRAMES = 4  # frames per Pong-v5 step (frame skip)
-
-
-@dataclasses.dataclass
-class GpuBenchConfig:
-    """Run the GPU suite and write one markdown report, `OUT/report.md`."""
-
-    out: Path = Path("gpu-report")
-    """Folder of the report (and of the learning run's folder)."""
-    parts: tuple[Part, ...] = PARTS
-    """Parts to run (all by default), in the suite's order."""
-    device: str = "auto"
-    """Torch device; `auto` is CUDA, and no GPU is an error unless `--tiny --device cpu`."""
-    tiny: bool = False
-    """Tiny sizes: seconds of work per part, to check the pipeline; the report says so."""
-    env_threads: int = 16
-    """Engine threads (each of the evolution's slot groups gets them all)."""
-    networks: tuple[Literal["nature-cnn", "mlp"], ...] = ("nature-cnn",)
-    """Networks of the policy part."""
-    deadline: float | None = None
-    """Unix time by which the suite ends (gpu.sh: its start + 9 minutes); the learning run gets
-    what is left, at most `learn_minutes`."""
-    learn_minutes: float = 8.0
-    """Most wall minutes of the learning run."""
-    tests: Path | None = None
-    """A file with the CUDA tests' summary lines, quoted in the report."""
-    warning: Path | None = None
-    """A file whose text goes at the top of the report (gpu.sh: how onebox was installed, when
-    not from the tree)."""
-
+from onebox.bench import common, gpu_runs
+from onebox.bench.gpu_common import ENV, FRAMES, PARTS, GpuBenchConfig, keep, table
 
 SIZES: dict[bool, dict[str, Any]] = {
     False: dict(seconds=3.0, env_counts=(32, 128), iterations=3, throughput_envs=128, steps=None,
@@ -102,7 +68,6 @@ spend much of a short run filling the table."""
 
 def run(config: GpuBenchConfig) -> int:
     """Run the parts asked for, write `OUT/report.md`, print where it is."""
-    from onebox.bench import gpu_runs  # it imports this module
     from onebox.nn.accel import resolve_device
 
     device = resolve_device(config.device)
@@ -211,19 +176,6 @@ def _nvidia_smi(field: str) -> str:
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown (no nvidia-smi)"
-
-
-def keep(rows: list[list[str]], row: list[str]) -> None:
-    """Add `row` to a part's `rows` and print it at once: the report is written when a part ends,
-    so a suite cut off in the middle of a part (a lease's time running out) still leaves the
-    part's measured rows in its output (bench.log)."""
-    rows.append(row)
-    print("row: | " + " | ".join(row) + " |", flush=True)
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    """A report's markdown table: the first column left-aligned, the others right-aligned."""
-    return common.markdown_table(header, rows, [False] + [True] * (len(header) - 1))
 
 
 # ---- policy: the inference call ----------------------------------------------------------------

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from onebox.bench import common
-from onebox.bench.gpu import ENV, FRAMES, GpuBenchConfig, keep, table
+from onebox.bench.gpu_common import ENV, FRAMES, GpuBenchConfig, keep, table
 
 # ---- offpolicy: Ape-X and R2D2 on Pong ------------------------------------------------------------
 

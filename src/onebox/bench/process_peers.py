@@ -16,6 +16,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from onebox.bench.loops import (
+    Loop,
+    Task,
+    Unavailable,
+    async_loop,
+    half,
+    register_minatar,
+    sync_loop,
+)
+
 BUSY_ID = "onebox/Busy100us-v0"
 BUSY_STEP_SECONDS = 100e-6
 
@@ -54,9 +64,8 @@ if BUSY_ID not in gym.registry:
     gym.register(BUSY_ID, entry_point=f"{__name__}:BusyEnv", max_episode_steps=200)
 
 
-def _process_pool(task: Any, batch_size: int | None) -> Any:
+def _process_pool(task: Task, batch_size: int | None) -> Any:
     import onebox.envs
-    from onebox.bench.envs import Unavailable, register_minatar
 
     register_minatar(task.env_id)
     if task.env_id not in gym.registry:
@@ -71,16 +80,12 @@ def _process_pool(task: Any, batch_size: int | None) -> Any:
     )
 
 
-def process_sync(task: Any) -> Any:
+def process_sync(task: Task) -> Loop:
     """`step` over every env of a `ProcessEnvPool`."""
-    from onebox.bench.envs import _sync_loop
-
-    return _sync_loop(_process_pool(task, None), task, task.num_envs)
+    return sync_loop(_process_pool(task, None), task, task.num_envs)
 
 
-def process_async(task: Any) -> Any:
+def process_async(task: Task) -> Loop:
     """`recv` the first num_envs/2 envs of a `ProcessEnvPool`, `send` them their next actions."""
-    from onebox.bench.envs import _async_loop, _half
-
-    batch = _half(task.num_envs)
-    return _async_loop(_process_pool(task, batch), task, batch)
+    batch = half(task.num_envs)
+    return async_loop(_process_pool(task, batch), task, batch)

@@ -111,7 +111,7 @@ class Result:
 
 def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
     """Train for 1 + `iterations` updates and read the timed part back from the run."""
-    from onebox.algos import appo, ppo
+    from onebox.algos import appo, driver, ppo
 
     if mode == "appo":
         module: Any = appo
@@ -133,6 +133,7 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
         base,
         total_steps=batch * (config.iterations + 1),
         torch_threads=config.torch_threads or base.torch_threads,
+        log_every=batch,  # every update: SPS over the timed ones
         device=config.device,
         precision=config.precision,
         compile=config.compile,
@@ -142,7 +143,7 @@ def measure(config: TrainBenchConfig, mode: str, root: Path) -> Result:
         progress=False,
         **{k: v for k, v in fields.items() if v is not None},
     )
-    run_dir = module.train(run_config)
+    run_dir = driver.train(run_config)
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     sps_rows = [(int(r["step"]), float(r["time"])) for r in rows if r["tag"] == "charts/SPS"]

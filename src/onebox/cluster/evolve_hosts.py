@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from onebox.cluster import import_ray
+from onebox.evo.build import make_algorithm, make_evaluator
 from onebox.evo.core import Algorithm, Generation
 from onebox.evo.evaluator import EvalResult, ObsStats, PopulationEvaluator
 
@@ -36,11 +37,10 @@ ANSWER_TIMEOUT_S = 600.0
 
 class EvalHost:
     """One evaluation host (run as a Ray actor): an evaluator and a replica of the algorithm,
-    both made from the run's resolved `config`, the replica loaded with `state`."""
+    both made from the run's resolved `config` as the run makes its own (`onebox.evo.build`), the
+    replica loaded with `state`."""
 
     def __init__(self, config: Any, state: dict[str, Any]) -> None:
-        from onebox.evo.run import make_algorithm, make_evaluator
-
         torch.set_num_threads(config.torch_threads)
         self.evaluator = make_evaluator(config)
         self.algo = make_algorithm(config, self.evaluator)

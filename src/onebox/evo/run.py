@@ -30,12 +30,13 @@ import torch
 
 import onebox.envs
 from onebox import cluster
+from onebox.evo.build import make_algorithm, make_evaluator, net_hidden, params_of
 from onebox.evo.core import Algorithm, Generation
-from onebox.evo.es import ES, ESParams
+from onebox.evo.es import ESParams
 from onebox.evo.evaluator import EpisodeSeeds, PopulationEvaluator
-from onebox.evo.ga import GA, GAParams
+from onebox.evo.ga import GAParams
 from onebox.evo.presets import env_family, preset_fields
-from onebox.evo.rs import ARS, RandomSearch, RSParams
+from onebox.evo.rs import RSParams
 from onebox.nn.population import PopulationNet, default_arch
 from onebox.run.config import RunConfig
 from onebox.run.presets import check_fields, fill_preset
@@ -147,60 +148,6 @@ def algo_name(config: AnyConfig) -> str:
     return f"rs-{config.mode}" if isinstance(config, RSConfig) else name
 
 
-def net_hidden(config: AnyConfig) -> tuple[int, ...] | None:
-    """The network's hidden sizes from `--hidden`: None (the architecture's default) when unset,
-    () for a linear policy (`--hidden 0`)."""
-    if config.hidden is None:
-        return None
-    hidden = tuple(config.hidden)
-    if hidden == (0,):
-        return ()
-    if any(h < 1 for h in hidden):
-        raise ValueError(
-            f"--hidden takes positive sizes, or 0 alone for a linear policy; got {hidden}"
-        )
-    return hidden or None
-
-
-def make_evaluator(config: AnyConfig) -> PopulationEvaluator:
-    """The population evaluator a config describes."""
-    return PopulationEvaluator(
-        config.env,
-        arch=config.arch,
-        hidden=net_hidden(config),
-        num_slots=config.num_slots,
-        slot_groups=config.slot_groups,
-        num_threads=config.num_threads,
-        max_episode_steps=config.max_episode_steps,
-        max_envs=config.max_envs,
-        device=config.device,
-        dtype=config.dtype,
-        native_rollout=config.native_rollout,
-        episode_seeds=config.episode_seeds,
-        pool_turns=config.pool_turns,
-    )
-
-
-def make_algorithm(config: AnyConfig, evaluator: PopulationEvaluator) -> Algorithm:
-    """The algorithm a config describes, over the evaluator's networks."""
-    net, dim = evaluator.net, evaluator.num_params
-    device = net.device  # parameters are made where the evaluator runs them
-
-    def init(seed: int) -> torch.Tensor:
-        return net.init_params(seed, device)
-
-    obs_shape = net.obs_shape if net.arch == "mlp" else None
-    params = params_of(config)
-    if isinstance(params, GAParams):
-        return GA(dim, init, params, config.seed, device)
-    if isinstance(params, ESParams):
-        return ES(dim, init, params, config.seed, obs_shape, device)
-    if params.mode == "ars":
-        linear = net.arch == "mlp" and len(net.layers) == 1
-        return ARS(dim, init, params, config.seed, obs_shape, device, linear)
-    return RandomSearch(dim, init, params, config.seed, device)
-
-
 def step_generation(algo: Algorithm, evaluator: PopulationEvaluator) -> Generation:
     """Ask, evaluate and tell until the algorithm finishes a generation."""
     while True:
@@ -211,12 +158,6 @@ def step_generation(algo: Algorithm, evaluator: PopulationEvaluator) -> Generati
         gen = algo.tell(result)
         if gen is not None:
             return gen
-
-
-def params_of(config: AnyConfig) -> GAParams | ESParams | RSParams:
-    """The algorithm's hyperparameters in a config."""
-    cls = {"ga": GAParams, "es": ESParams, "rs": RSParams}[command_name(config)]
-    return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
 
 
 def resolve(config: AnyConfig) -> AnyConfig:
@@ -252,7 +193,7 @@ CHECKPOINT_KEYS = ("algo", "frames", "elapsed", "rng", "best", "obs_norm")
 def stored_config(run_dir: Path, command: str | None = None) -> AnyConfig:
     """The config of the evolve run in `run_dir`; ValueError if the folder holds no evolve run,
     or (given `command`: "ga", "es" or "rs") one of another algorithm."""
-    from onebox.cli import command_of
+    from onebox.registry import command_of
     from onebox.run import load_config
 
     group, name = command_of(run_dir)

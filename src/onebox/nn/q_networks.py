@@ -134,10 +134,31 @@ def linear_schedule(start: float, end: float, duration: float, step: int) -> flo
     return start + (end - start) * min(1.0, step / duration)
 
 
+def epsilon_draws(
+    n: int, num_actions: int, epsilon: torch.Tensor | float, device: torch.device,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """For `n` rows: which explore (each with probability `epsilon`, a number or one per row)
+    and the uniformly random action each would take."""
+    explores = torch.rand(n, device=device, generator=generator) < epsilon
+    return explores, torch.randint(0, num_actions, (n,), device=device, generator=generator)
+
+
+def epsilon_greedy(
+    q: torch.Tensor, epsilon: torch.Tensor | float, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Epsilon-greedy actions from Q-values `q` (rows, actions): each row a random action with
+    probability `epsilon` (a number, or one per row: Ape-X's per-actor epsilons), else its
+    argmax. The one epsilon-greedy of every Q-learner (DQN, PQN, Ape-X, R2D2)."""
+    explores, random = epsilon_draws(len(q), q.shape[-1], epsilon, q.device, generator)
+    return torch.where(explores, random, q.argmax(-1))
+
+
 class EpsilonGreedy(nn.Module):
     """A `QNetwork` acting epsilon-greedily, epsilon falling linearly from `start_e` to `end_e` over
     `duration` env steps. It counts the steps it acts (the `steps` buffer, saved with its state),
-    and has the sampler's policy interface: `act` gives (action, 0, max_a Q), `value` max_a Q."""
+    and has the sampler's policy interface (`act` gives (action, 0, max_a Q), `value` max_a Q)
+    and the replay actor's (`sample`: actions only)."""
 
     recurrent = False
 
@@ -155,12 +176,20 @@ class EpsilonGreedy(nn.Module):
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q = self.q(obs)
-        value, greedy = q.max(-1)
+        action = epsilon_greedy(q, self.epsilon)
+        self.steps += len(obs)
+        return action, torch.zeros(len(obs), device=q.device), q.max(-1).values
+
+    @torch.no_grad()
+    def sample(self, obs: torch.Tensor) -> torch.Tensor:
+        """Epsilon-greedy actions; the Q-network runs only if some row acts greedily (one env
+        early in the schedule mostly explores, and a forward pass costs more than a step)."""
         n = len(obs)
-        explore = torch.rand(n, device=q.device) < self.epsilon
-        random = torch.randint(0, self.q.num_actions, (n,), device=q.device)
+        explores, random = epsilon_draws(n, self.q.num_actions, self.epsilon, obs.device)
         self.steps += n
-        return torch.where(explore, random, greedy), torch.zeros_like(value), value
+        if bool(explores.all()):
+            return random
+        return torch.where(explores, random, self.q(obs).argmax(-1))
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:

@@ -22,11 +22,18 @@ def config_array(config: dict[str, Any]) -> np.ndarray:
     return np.array(json.dumps(config, sort_keys=True))
 
 
+SAMPLING_ARGS = ("beta", "beta_steps")
+"""Arguments of how a table samples, not of what it holds: a state loads into a table built with
+other values of them (a resumed run made longer anneals its importance-sampling exponent over
+its new length)."""
+
+
 def check_config(kind: str, config: dict[str, Any], saved: np.ndarray) -> None:
-    """A state loads only into a table built with the same arguments."""
+    """A state loads only into a table built with the same arguments (but `SAMPLING_ARGS`)."""
     saved_config = json.loads(str(saved))
-    if saved_config != json.loads(json.dumps(config, sort_keys=True)):
-        diff = sorted(k for k in config if saved_config.get(k) != config[k])
+    mine = json.loads(json.dumps(config, sort_keys=True))
+    diff = sorted(k for k in mine if k not in SAMPLING_ARGS and saved_config.get(k) != mine[k])
+    if diff:
         raise ValueError(
             f"this {kind} state was saved from a table with other arguments ({', '.join(diff)}): "
             f"saved {saved_config}"

@@ -101,6 +101,11 @@ class Table(ABC, Generic[Batch]):
         """Copy `_arrays`' entries of `state` in place, shapes checked."""
 
     @property
+    def prioritized(self) -> bool:
+        """Whether the table samples by priority (and takes `update_priorities`)."""
+        return self.priorities is not None
+
+    @property
     def beta(self) -> float:
         """The importance-weight exponent of the next sample (1 when uniform)."""
         return self.priorities.beta if self.priorities else 1.0

@@ -198,6 +198,11 @@ class _TableChannel:
             self.buffer.resume_from(path)
             self.inserted = len(self.buffer) * self.steps_per_sample
 
+    @property
+    def prioritized(self) -> bool:
+        """Whether the table samples by priority (both channels' tables do)."""
+        return self.buffer.prioritized
+
     def update_priorities(self, indices: np.ndarray, td: Any) -> None:
         """New priorities of sampled items, from the learner's TD errors."""
         with self.lock:

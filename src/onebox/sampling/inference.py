@@ -24,8 +24,9 @@ With `lstm=H` the policy is recurrent: the server keeps an (h, c) pair of size H
 (actor, env), resets it when the actor flags that env's episode as ended (`dones`: this
 observation starts a new episode) or when the actor restarts (`reset_actor`, or a process actor's
 death), in an `EnvStates` per actor (an actor-side `onebox.sampling.policies.LocalPolicy` keeps
-its envs' states in one the same way), and calls `policy_fn(obs, (h, c)) -> (action, logprob,
-value, (h, c))`. Without it, `policy_fn(obs) -> (action, logprob, value)`.
+its envs' states in one the same way), and calls `policy_fn(obs, actor_ids, env_ids, (h, c))
+-> (outputs, (h, c))`: the rows' states before the step in, after it out. Without it,
+`policy_fn(obs, actor_ids, env_ids) -> outputs` (`PolicyFn` says what each is).
 
 The learner changes the weights in place inside `with server.updating(): ...`, which excludes
 concurrent inference and then increments `server.version` (on CUDA the server runs on its own
@@ -73,10 +74,12 @@ its work), after any weight update of the learner in progress; waiting for its o
 the host; handing each request its rows."""
 
 PolicyFn = Callable[..., Any]
-"""`policy_fn(obs, actor_ids, env_ids)` -> outputs, or with an LSTM
-`policy_fn(obs, actor_ids, env_ids, (h, c))` -> (outputs, (h, c)): `outputs` a dict of tensors
-with a leading batch axis, "actions" and the server's declared `outputs`; the ids are int64
-tensors, one per row."""
+"""The policy, called once per batch: `policy_fn(obs, actor_ids, env_ids) -> outputs`, or with an
+LSTM `policy_fn(obs, actor_ids, env_ids, (h, c)) -> (outputs, (h, c))`. `obs` is the batch of
+observations on the device, the ids int64 tensors (one per row); `outputs` a dict of tensors with
+a leading batch axis, "actions" and the server's declared `outputs`. With an LSTM, (h, c) in are
+the rows' states before the step, each of shape (rows, `lstm`), zeros where an episode starts, and
+(h, c) out the states after it, which the server keeps for the rows' next step."""
 
 
 class _Request:
