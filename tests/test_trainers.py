@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import importlib
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -377,3 +378,18 @@ def test_a_checkpoint_of_another_learner_is_refused(tmp_path: Path, capsys) -> N
         assert cli.main([*command, str(ppo_dir)]) == 2
         err = capsys.readouterr().err
         assert "was written by 'dqn', not by 'ppo'" in err and "\n" not in err.strip()
+
+
+def test_the_walkthrough_quotes_the_learner_as_written() -> None:
+    """Every code block of docs/adding-a-learner.md is the text of PQN's module (or of the file
+    its first line names), so the walkthrough cannot drift from the code."""
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "adding-a-learner.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
+    assert len(blocks) >= 8
+    for block in blocks:
+        first, _, rest = block.partition("\n")
+        path, text = "src/onebox/algos/pqn.py", block
+        if first.startswith("# src/"):
+            path, text = first[2:].split(",")[0], rest
+        assert text in (root / path).read_text(), f"not in {path}:\n{text}"

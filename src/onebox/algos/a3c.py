@@ -192,7 +192,6 @@ class A3C(Learner):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.hp.apply()
 
 
 # ---- the workers --------------------------------------------------------------------------------

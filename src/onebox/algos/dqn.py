@@ -273,7 +273,6 @@ class QLearner(Learner):
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
-        self.hp.apply()
 
 
 class DQN(QLearner):

@@ -151,7 +151,6 @@ class ActorCriticLearner(Learner):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.hp.apply()  # the optimizer's state carries the rate it was saved with
         if self.obs_norm is not None:
             self.obs_norm.load_state_dict(state["obs_norm"])
         if self.reward_scaler is not None:

@@ -191,7 +191,6 @@ class PQN(Learner):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.hp.apply()
 
 
 class Trainer(onpolicy.OnPolicyTrainer):

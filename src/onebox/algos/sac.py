@@ -250,7 +250,6 @@ class SAC(Learner):
             getattr(self, key).load_state_dict(state[key])
         self.log_alpha.data.copy_(state["log_alpha"])
         self.updates = int(state["updates"])
-        self.hp.apply()
 
 
 class Trainer(offpolicy.ReplayTrainer):

@@ -363,7 +363,9 @@ class Trainer(abc.ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load a `state_dict`, copied first: an optimizer's `load_state_dict` keeps the tensors
-        it is given (its moments), which must not stay shared with the trainer they came from."""
+        it is given (its moments), which must not stay shared with the trainer they came from.
+        The hyperparameters load after the learner: they set the optimizers' rates (which the
+        optimizers' own state brought back as they were saved)."""
         state = copy.deepcopy(state)
         self.learner.load_state_dict(state["learner"])
         self.hp.load_state_dict(state["hyperparams"])
