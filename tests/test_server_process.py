@@ -23,8 +23,9 @@ from onebox.sampling.policies import SharedWeights
 from onebox.sampling.server_process import ServerProcess
 
 APPO = ("train", "appo", "--env", "CartPole-v1", "--actors", "2", "--envs-per-actor", "4",
-        "--process-actors", "--server-process")  # fmt: skip
-"""A small APPO run with its server in a process of its own."""
+        "--batch-unrolls", "1", "--process-actors", "--server-process")  # fmt: skip
+"""A small APPO run with its server in a process of its own (batches of one 32-step unroll, 16
+optimizer steps each: the run lasts long enough to be killed in its middle)."""
 
 OBS = spaces.Box(-1e6, 1e6, (3,), np.float32)
 ACT = spaces.Discrete(1_000_000)

@@ -150,7 +150,7 @@ class A2C(ActorCriticLearner):
         total, stats = loss(self.net, rollout, self.hp, self.config.norm_adv)
         self.optimizer.zero_grad()
         total.backward()
-        nn.utils.clip_grad_norm_(self.net.parameters(), self.hp.max_grad_norm)
+        nn.utils.clip_grad_norm_(self.params, self.hp.max_grad_norm)
         self.optimizer.step()
         return stats
 

@@ -52,7 +52,8 @@ class Config(impala.Config):
 PRESETS = Presets(Config, {
     family: {**impala.PRESETS.get(family, {}), **own}
     for family, own in {
-        "classic": dict(unroll=8, learning_rate=2.5e-3, update_epochs=4, num_minibatches=4),
+        "classic": dict(unroll=8, batch_unrolls=4, learning_rate=2.5e-3, update_epochs=4,
+                        num_minibatches=2),
         "atari": dict(update_epochs=2, num_minibatches=2),
         "minatar": dict(
             total_steps=10_000_000, actors=2, envs_per_actor=16, unroll=32, batch_unrolls=4,
@@ -61,11 +62,16 @@ PRESETS = Presets(Config, {
         ),
     }.items()
 })  # fmt: skip
-"""IMPALA's presets, with APPO's own for classic control: unrolls of 8 steps and 4 epochs of 4
-minibatches at Adam 2.5e-3. On CartPole-v1 (seeds 1-4) the best 20-episode mean reached 475 at
-21k-48k steps and 500 within 100k (IMPALA's preset with 2 epochs of 2: 500 within 200k); with
-`--lstm 64` it passed 150 at 27k-35k steps and reached 321-500 within 100k (IMPALA's preset:
-40-63 at 80k). For MinAtar (the MinAtar CNN): 2 actors x 16 envs, batches of 4 unrolls of 32 steps
+"""IMPALA's presets, with APPO's own for classic control: batches of 4 unrolls of 8 steps from
+8 envs (256 steps), 4 epochs of 2 minibatches at Adam 2.5e-3: 8 optimizer steps per 256 env
+steps. On CartPole-v1 (seeds 1-4, 2026-12-02) the best 20-episode mean reached 475 at 31k-48k
+steps and 500 within 100k, at 8,600-8,900 SPS on a 2-core machine. The preset before (one
+unroll a batch, 4 epochs of 4 minibatches: 16 optimizer steps per 64 env steps, 8 times as many
+per env step) reached 475 at 22k-33k but ran at 2,550 SPS, its learner 99.7% of the run (a
+default run of 500k steps took 491 s where IMPALA's took 98 s); 4 epochs of 4 minibatches of
+4 unrolls reached 475 at 22k-28k at 6,900-7,200 SPS, 2 epochs of 2 at 8,900-9,300 SPS but not
+in every seed (365 and a collapse to 227 in 100k). With the preset before and `--lstm 64` it
+passed 150 at 27k-35k steps and reached 321-500 within 100k (IMPALA's preset: 40-63 at 80k). For MinAtar (the MinAtar CNN): 2 actors x 16 envs, batches of 4 unrolls of 32 steps
 (2,048 steps), 4 epochs of 4 minibatches, gradient clip 0.5, and PPO's MinAtar learning rate and
 entropy coefficient (Adam 5e-3, 1e-4). On MinAtar/Breakout-v1 at 1M steps the last 100 training
 episodes averaged 18.1, 16.4 and 16.5 (seeds 1-3), where Adam 1e-3 with IMPALA's entropy 0.01
@@ -110,6 +116,9 @@ class APPO(impala.IMPALA):
             vt = vtrace(logprobs - behaviour, batch["rewards"], values.view(t_len, b),
                         batch["ends"], bootstrap, hp["gamma"], hp["rho_bar"], hp["c_bar"])  # fmt: skip
         clip = hp["clip_coef"]
+        flat = {"obs": obs.flatten(0, 1), "actions": actions.flatten(0, 1),
+                "behaviour": behaviour.flatten(), "advantages": vt.advantages.flatten(),
+                "vs": vt.vs.flatten()}  # fmt: skip
         clipfracs: list[torch.Tensor] = []  # on the device: no host wait per minibatch
         pg_loss = v_loss = entropy = torch.zeros(())
         for _ in range(config.update_epochs):
@@ -117,22 +126,21 @@ class APPO(impala.IMPALA):
                 if net.recurrent:  # whole env columns, replayed from their start states
                     mb_state = (state[0][mb], state[1][mb])
                     dist, value, _ = net.unroll(obs[:, mb], starts[:, mb], mb_state)
-                    rows = (slice(None), mb)
-                else:  # single steps
-                    rows = (mb // b, mb % b)
-                    dist, value, _ = net.unroll(obs[rows].unsqueeze(0), None, None)
-                logratio = net.log_prob(dist, actions[rows].flatten()) - behaviour[rows].flatten()
-                ratio = logratio.exp()
-                adv = vt.advantages[rows].flatten()
+                    rows = (torch.arange(t_len, device=mb.device)[:, None] * b + mb).flatten()
+                else:  # single steps of the flattened (T * B) batch
+                    dist, value = net.dist(flat["obs"][mb])
+                    rows = mb
+                ratio = (net.log_prob(dist, flat["actions"][rows]) - flat["behaviour"][rows]).exp()
+                adv = flat["advantages"][rows]
                 if config.norm_adv:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
-                v_loss = 0.5 * ((value - vt.vs[rows].flatten()) ** 2).mean()
+                v_loss = 0.5 * ((value - flat["vs"][rows]) ** 2).mean()
                 entropy = net.entropy(dist).mean()
                 loss = pg_loss + hp["vf_coef"] * v_loss - hp["ent_coef"] * entropy
                 self.optimizer.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(net.parameters(), hp["max_grad_norm"])
+                nn.utils.clip_grad_norm_(self.params, hp["max_grad_norm"])
                 with self.updating():
                     self.optimizer.step()
                 clipfracs.append(((ratio.detach() - 1).abs() > clip).float().mean())

@@ -210,7 +210,8 @@ class QLearner(Learner):
         self.config, self.device, self.target_every = config, device, target_every
         self.net = self.make_net(config, obs_space, act_space).to(device)
         self.target = copy.deepcopy(self.net).requires_grad_(False)
-        self.optimizer = self.make_optimizer(self.net.parameters())
+        self.params = list(self.net.parameters())  # listed once: every step clips their norm
+        self.optimizer = self.make_optimizer(self.params)
         self.hp = self.make_hyperparams(config)
         self.hp.bind("learning_rate", self.optimizer)
         self.updates = 0
@@ -234,7 +235,7 @@ class QLearner(Learner):
         self.optimizer.zero_grad()
         loss.backward()
         if "max_grad_norm" in self.hp.names:
-            nn.utils.clip_grad_norm_(self.net.parameters(), self.hp.max_grad_norm)
+            nn.utils.clip_grad_norm_(self.params, self.hp.max_grad_norm)
         with self.updating():
             self.optimizer.step()
         self.updates += 1

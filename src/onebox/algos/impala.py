@@ -36,6 +36,7 @@ from torch import nn
 import onebox.envs
 from onebox.algos import actor_learner
 from onebox.algos.common import (
+    adam,
     check_lstm,
     check_positive,
     fill_log_every,
@@ -208,8 +209,8 @@ class IMPALA(Learner):
                 self.net.parameters(), lr=config.learning_rate, eps=0.01
             )
         else:
-            self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate,
-                                              eps=1e-5)  # fmt: skip
+            self.optimizer = adam(self.net.parameters(), config.learning_rate, device, eps=1e-5)
+        self.params = list(self.net.parameters())
         self.accel = Accel.of(config, device)
         self.accel.setup()
         self.policy = actor_critic_policy(self.accel.policy(self.net))
@@ -249,7 +250,7 @@ class IMPALA(Learner):
         loss = pg_loss + hp["vf_coef"] * v_loss - hp["ent_coef"] * entropy
         self.optimizer.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(net.parameters(), hp["max_grad_norm"])
+        nn.utils.clip_grad_norm_(self.params, hp["max_grad_norm"])
         with self.updating():
             self.optimizer.step()
         return {

@@ -119,7 +119,8 @@ class ActorCriticLearner(Learner):
         self.config, self.device = config, device
         self.accel = Accel.of(config, device)
         self.net = ActorCritic(obs_space, act_space, lstm=config.lstm).to(device)
-        self.optimizer = self.make_optimizer(self.net.parameters())
+        self.params = list(self.net.parameters())  # listed once: every step clips their norm
+        self.optimizer = self.make_optimizer(self.params)
         self.obs_norm = ObsNormalizer(obs_space.shape) if config.normalize_obs else None
         self.reward_scaler = (
             RewardScaler(config.num_envs, config.gamma) if config.normalize_reward else None

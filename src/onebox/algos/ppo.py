@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from onebox.algos.common import check_positive, fill_log_every
+from onebox.algos.common import adam, check_positive, fill_log_every
 from onebox.algos.onpolicy import ActorCriticLearner, OnPolicyTrainer, resolve_common
 from onebox.algos.trainer import NONNEGATIVE, POSITIVE, UNIT, tunables
 from onebox.nn.accel import AccelFields
@@ -195,7 +195,7 @@ class PPO(ActorCriticLearner):
     )
 
     def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
-        return torch.optim.Adam(params, lr=self.config.learning_rate, eps=1e-5)
+        return adam(params, self.config.learning_rate, self.device, eps=1e-5)
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """PPO epochs over one rollout; returns the losses and diagnostics to log."""
@@ -232,7 +232,7 @@ class PPO(ActorCriticLearner):
                 loss = pg_loss - hp["ent_coef"] * entropy_loss + hp["vf_coef"] * v_loss
                 optimizer.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(net.parameters(), hp["max_grad_norm"])
+                nn.utils.clip_grad_norm_(self.params, hp["max_grad_norm"])
                 optimizer.step()
             if config.target_kl is not None and approx_kl.item() > config.target_kl:
                 break

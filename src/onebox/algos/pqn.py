@@ -151,7 +151,8 @@ class PQN(Learner):
         q = QNetwork(obs_space, act_space, config.hidden, layer_norm=True)
         duration = config.exploration_fraction * config.total_steps
         self.net = EpsilonGreedy(q, config.start_e, config.end_e, duration).to(device)
-        self.optimizer = torch.optim.RAdam(self.net.parameters(), lr=config.learning_rate)
+        self.params = list(self.net.parameters())  # listed once: every step clips their norm
+        self.optimizer = torch.optim.RAdam(self.params, lr=config.learning_rate)
         self.hp = self.make_hyperparams(config)
         self.hp.bind("learning_rate", self.optimizer)
 
@@ -174,7 +175,7 @@ class PQN(Learner):
                 loss = F.mse_loss(q_taken, returns[mb])
                 optimizer.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(net.parameters(), max_grad_norm)
+                nn.utils.clip_grad_norm_(self.params, max_grad_norm)
                 optimizer.step()
         return {
             "losses/td_loss": loss.item(),

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from onebox.algos import actor_learner, apex
-from onebox.algos.common import check_positive, fill_log_every, resolve_env
+from onebox.algos.common import adam, check_positive, fill_log_every, resolve_env
 from onebox.algos.dqn import QLearner
 from onebox.algos.trainer import POSITIVE, UNIT, tunables
 from onebox.nn.q_networks import QNetwork, RecurrentQNetwork, epsilon_greedy
@@ -259,7 +259,7 @@ class R2D2(QLearner):
         return RecurrentQNetwork(obs_space, act_space, config.hidden, config.lstm, config.core)
 
     def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
-        return torch.optim.Adam(params, lr=self.config.learning_rate)
+        return adam(params, self.config.learning_rate, self.device)
 
     def local_policy(self) -> Any:
         return functools.partial(apex.local_q_policy, epsilons=self.epsilons.cpu(),

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from onebox.algos import offpolicy
-from onebox.algos.common import check_positive, fill_log_every, resolve_env
+from onebox.algos.common import adam, check_positive, fill_log_every, resolve_env
 from onebox.algos.trainer import POSITIVE, RATE, Learner, tunables
 from onebox.nn.accel import Accel, AccelFields, check_accel
 from onebox.nn.q_networks import ContinuousQ, SquashedGaussianActor, check_bounded_actions
@@ -149,11 +149,11 @@ class SAC(Learner):
         self.q1_target = copy.deepcopy(self.q1).requires_grad_(False)
         self.q2_target = copy.deepcopy(self.q2).requires_grad_(False)
         critics = [*self.q1.parameters(), *self.q2.parameters()]
-        self.q_optimizer = torch.optim.Adam(critics, lr=config.q_lr)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.policy_lr)
+        self.q_optimizer = adam(critics, config.q_lr, device)
+        self.actor_optimizer = adam(self.actor.parameters(), config.policy_lr, device)
         self.target_entropy = -float(np.prod(act_space.shape))
         self.log_alpha = torch.zeros(1, device=device, requires_grad=config.autotune)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.q_lr)
+        self.alpha_optimizer = adam([self.log_alpha], config.q_lr, device)
         names = [n for n in self.tunable if n != "alpha" or not config.autotune]
         self.hp = self.make_hyperparams(config, names)
         self.hp.bind("q_lr", self.q_optimizer, self.alpha_optimizer)
