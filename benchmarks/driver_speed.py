@@ -28,7 +28,7 @@ CASES: dict[str, dict[str, list[str]]] = {
         "ppo": ["--total-steps", "51200"],
         "appo": ["--total-steps", "12800", "--batch-unrolls", "1", "--num-minibatches", "4"],
         "impala": ["--total-steps", "40000"],
-        "dqn": ["--total-steps", "25000", "--learning-starts", "5000"],
+        "dqn": ["--total-steps", "40000", "--learning-starts", "5000"],
         "apex": ["--total-steps", "30000"],
     },
     "Pong-v5": {
@@ -36,12 +36,27 @@ CASES: dict[str, dict[str, list[str]]] = {
         "appo": ["--total-steps", "12800"],
         "impala": ["--total-steps", "12800"],
         "dqn": ["--total-steps", "4000", "--learning-starts", "1000"],
-        "apex": ["--total-steps", "16000", "--learning-starts", "4000"],
+        "apex": [
+            "--total-steps",
+            "32000",
+            "--learning-starts",
+            "2000",
+            "--actors",
+            "2",
+            "--envs-per-actor",
+            "8",
+            "--batch-size",
+            "32",
+            "--samples-per-insert",
+            "1",
+        ],
     },
 }
 """Per env and learner: the run's length (and learning start), each a run of tens of seconds on
 a 2-core machine, with the preset's other settings (APPO's on CartPole: its classic preset until
-2026-12-02, one unroll and 4 epochs of 4 minibatches a batch, the same on both installs)."""
+2026-12-02, one unroll and 4 epochs of 4 minibatches a batch, the same on both installs; Ape-X's
+on Pong: 2 actors of 8 envs held to one sampled transition per inserted one, so that its
+learner, which the old code logged every 100 updates, logs often enough in a short run)."""
 
 
 def sps(run_dir: Path) -> float:

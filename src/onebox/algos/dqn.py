@@ -289,7 +289,7 @@ class DQN(QLearner):
 
     def act(self, obs: np.ndarray, step: int) -> np.ndarray:
         """Epsilon-greedy actions for a batch of observations (the schedule counts the steps)."""
-        return self.explorer.sample(torch.as_tensor(obs, device=self.device)).cpu().numpy()
+        return self.explorer.sample(obs, self.device)
 
     def update(self, batch: ReplayBatch) -> dict[str, float]:
         return {**super().update(batch), "charts/epsilon": self.explorer.epsilon}

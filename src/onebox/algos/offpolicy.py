@@ -122,7 +122,7 @@ class ReplayTrainer(Trainer):
         self.learn_from = config.learning_starts
         """Updates start once the buffer holds this many steps' transitions (again after a
         refill)."""
-        self.tracker, self.ids = EpisodeTracker(n), np.arange(n)
+        self.tracker, self.ids, self.num_envs = EpisodeTracker(n), np.arange(n), n
 
     def start(self) -> None:
         self.obs, _ = self.envs.reset(seed=self.seed)
@@ -132,7 +132,7 @@ class ReplayTrainer(Trainer):
         return f"it refills for {self.config.learning_starts} steps before learning resumes"
 
     def step(self) -> Step:
-        config, split, n = self.config, self.timer, self.envs.num_envs
+        config, split, n = self.config, self.timer, self.num_envs
         with split("inference"), self.learner.autocast():
             actions = self.learner.act(self.obs, self.global_step)
         with split("env"):

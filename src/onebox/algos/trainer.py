@@ -96,9 +96,10 @@ class Hyperparams:
     schedule, a factor of the run's `progress`: `hp.learning_rate` is base x schedule(progress).
     The learner reads them at each update; optimizers bound to a learning rate (`bind`) get its
     value whenever it changes, so `optimizer.param_groups` always hold the current rate. The
-    values live in one float64 tensor, which A3C's worker processes share
-    (`share_memory`): a worker calls `apply` before each update to load the rates into its own
-    view of the shared optimizer."""
+    values live in one float64 tensor, which A3C's worker processes share (`share_memory`): a
+    worker calls `apply` before each update to load the rates into its own view of the shared
+    optimizer. They are read and written through a numpy view of it (an element of a tensor
+    costs microseconds, and DQN's driver sets the progress at every env step)."""
 
     def __init__(self, learner: str, tunable: Mapping[str, Bounds], values: Mapping[str, float]):
         self.learner, self.bounds = learner, dict(tunable)
@@ -107,6 +108,7 @@ class Hyperparams:
             self.bounds[name].check(f"--{name.replace('_', '-')}", float(value))
         self._values = torch.tensor([float(values[n]) for n in self.bounds] + [0.0],
                                     dtype=torch.float64)  # fmt: skip
+        self._array = self._values.numpy()
         self._schedules: dict[str, Linear] = {}
         self._optimizers: dict[str, list[torch.optim.Optimizer]] = {}
 
@@ -121,7 +123,7 @@ class Hyperparams:
             raise AttributeError(
                 f"{self.__dict__.get('learner', '?')} has no hyperparameter {name!r}"
             )
-        value = float(self._values[index[name]])
+        value = float(self._array[index[name]])
         schedule = self._schedules.get(name)
         return value if schedule is None else value * schedule(self.progress)
 
@@ -139,7 +141,7 @@ class Hyperparams:
 
     def base(self) -> dict[str, float]:
         """Every hyperparameter's base value (before its schedule)."""
-        return {name: float(self._values[i]) for name, i in self._index.items()}
+        return {name: float(self._array[i]) for name, i in self._index.items()}
 
     def set(self, **values: float) -> None:
         """Change base values; the next update uses them. ValueError for a name the learner
@@ -148,17 +150,17 @@ class Hyperparams:
         for name, value in values.items():
             self.bounds[name].check(name, float(value))
         for name, value in values.items():
-            self._values[self._index[name]] = float(value)
+            self._array[self._index[name]] = float(value)
         self.apply()
 
     @property
     def progress(self) -> float:
         """The run's progress, 0 to 1, at which schedules are read (set by the driver)."""
-        return float(self._values[-1])
+        return float(self._array[-1])
 
     @progress.setter
     def progress(self, value: float) -> None:
-        self._values[-1] = min(1.0, max(0.0, value))
+        self._array[-1] = min(1.0, max(0.0, value))
         if self._schedules:
             self.apply()
 
@@ -185,11 +187,16 @@ class Hyperparams:
 
     def share_memory(self) -> Hyperparams:
         """Move the values to shared memory (A3C's workers read them there); returns self."""
-        self._values.share_memory_()
+        self._values.share_memory_()  # a new allocation: the view follows it
+        self._array = self._values.numpy()
         return self
 
     def __getstate__(self) -> dict[str, Any]:  # optimizers stay with their process
-        return {**self.__dict__, "_optimizers": {}}
+        return {k: v for k, v in self.__dict__.items() if k != "_array"} | {"_optimizers": {}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._array = self._values.numpy()
 
     def state_dict(self) -> dict[str, Any]:
         return {"base": self.base()}

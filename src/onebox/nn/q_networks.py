@@ -134,23 +134,16 @@ def linear_schedule(start: float, end: float, duration: float, step: int) -> flo
     return start + (end - start) * min(1.0, step / duration)
 
 
-def epsilon_draws(
-    n: int, num_actions: int, epsilon: torch.Tensor | float, device: torch.device,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """For `n` rows: which explore (each with probability `epsilon`, a number or one per row)
-    and the uniformly random action each would take."""
-    explores = torch.rand(n, device=device, generator=generator) < epsilon
-    return explores, torch.randint(0, num_actions, (n,), device=device, generator=generator)
-
-
 def epsilon_greedy(
     q: torch.Tensor, epsilon: torch.Tensor | float, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """Epsilon-greedy actions from Q-values `q` (rows, actions): each row a random action with
-    probability `epsilon` (a number, or one per row: Ape-X's per-actor epsilons), else its
-    argmax. The one epsilon-greedy of every Q-learner (DQN, PQN, Ape-X, R2D2)."""
-    explores, random = epsilon_draws(len(q), q.shape[-1], epsilon, q.device, generator)
+    """Epsilon-greedy actions from Q-values `q` (rows, actions) on their device: each row a
+    random action with probability `epsilon` (a number, or one per row: Ape-X's per-actor
+    epsilons), else its argmax. PQN's, Ape-X's and R2D2's policies act with it; DQN's inline
+    actor draws on the host (`EpsilonGreedy.sample`)."""
+    n = len(q)
+    explores = torch.rand(n, device=q.device, generator=generator) < epsilon
+    random = torch.randint(0, q.shape[-1], (n,), device=q.device, generator=generator)
     return torch.where(explores, random, q.argmax(-1))
 
 
@@ -165,6 +158,7 @@ class EpsilonGreedy(nn.Module):
     def __init__(self, q: QNetwork, start_e: float, end_e: float, duration: float) -> None:
         super().__init__()
         self.q = q
+        self.num_actions = q.num_actions  # a plain attribute: `sample` reads it every step
         self.start_e, self.end_e, self.duration = start_e, end_e, duration
         self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
 
@@ -180,16 +174,19 @@ class EpsilonGreedy(nn.Module):
         self.steps += len(obs)
         return action, torch.zeros(len(obs), device=q.device), q.max(-1).values
 
-    @torch.no_grad()
-    def sample(self, obs: torch.Tensor) -> torch.Tensor:
-        """Epsilon-greedy actions; the Q-network runs only if some row acts greedily (one env
+    def sample(self, obs: np.ndarray, device: torch.device) -> np.ndarray:
+        """Epsilon-greedy actions for a host batch of observations, drawn on the host (numpy's
+        generator): the Q-network runs (on `device`) only if some row acts greedily (one env
         early in the schedule mostly explores, and a forward pass costs more than a step)."""
         n = len(obs)
-        explores, random = epsilon_draws(n, self.q.num_actions, self.epsilon, obs.device)
+        explores = np.random.random(n) < self.epsilon
+        random = np.random.randint(self.num_actions, size=n)
         self.steps += n
-        if bool(explores.all()):
+        if explores.all():
             return random
-        return torch.where(explores, random, self.q(obs).argmax(-1))
+        with torch.inference_mode():
+            greedy = self.q(torch.as_tensor(obs, device=device)).argmax(-1).cpu().numpy()
+        return np.where(explores, random, greedy)
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:
