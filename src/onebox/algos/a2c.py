@@ -21,12 +21,11 @@ import dataclasses
 from typing import Any, ClassVar, Literal
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from onebox.algos.common import check_positive, fill_log_every
 from onebox.algos.onpolicy import ActorCriticLearner, OnPolicyTrainer, resolve_common
-from onebox.algos.trainer import NONNEGATIVE, POSITIVE, UNIT, Hyperparams, tunables
+from onebox.algos.trainer import Hyperparams
 from onebox.nn.accel import AccelFields
 from onebox.nn.networks import ActorCritic
 from onebox.run.config import TorchConfig
@@ -98,17 +97,6 @@ def resolve(config: Config) -> Config:
     return fill_log_every(config, 100 * config.num_envs * config.num_steps)  # 100 updates
 
 
-TUNABLE = tunables(
-    learning_rate=POSITIVE,
-    gamma=UNIT,
-    gae_lambda=UNIT,
-    ent_coef=NONNEGATIVE,
-    vf_coef=NONNEGATIVE,
-    max_grad_norm=POSITIVE,
-)
-"""A2C's (and A3C's) tunable hyperparameters."""
-
-
 def loss(net: ActorCritic, rollout: Rollout, hp: Hyperparams,
          norm_adv: bool) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
     """The actor-critic loss of one rollout and its parts to log, with `hp`'s gamma,
@@ -139,8 +127,6 @@ def loss(net: ActorCritic, rollout: Rollout, hp: Hyperparams,
 class A2C(ActorCriticLearner):
     """The actor-critic with RMSprop, one gradient step per rollout."""
 
-    tunable = TUNABLE
-
     def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
         c = self.config
         return torch.optim.RMSprop(params, lr=c.learning_rate, alpha=c.rms_alpha, eps=c.rms_eps)
@@ -148,10 +134,7 @@ class A2C(ActorCriticLearner):
     def update(self, rollout: Rollout) -> dict[str, float]:
         """One gradient step on one rollout; returns the losses to log."""
         total, stats = loss(self.net, rollout, self.hp, self.config.norm_adv)
-        self.optimizer.zero_grad()
-        total.backward()
-        nn.utils.clip_grad_norm_(self.params, self.hp.max_grad_norm)
-        self.optimizer.step()
+        self.descend(total, self.hp.max_grad_norm)
         return stats
 
 

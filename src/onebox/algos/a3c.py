@@ -46,6 +46,7 @@ from onebox.algos.common import (
     probe_env,
     seed_everything,
 )
+from onebox.algos.onpolicy import ActorCriticLearner
 from onebox.algos.trainer import EnvSeeds, Learner, Step
 from onebox.nn.networks import ActorCritic
 from onebox.run.config import Switch, TrainConfig
@@ -136,7 +137,7 @@ class A3C(Learner):
     copy of the network (`local`), copies its gradient onto the shared model and steps the
     shared optimizer, without locks."""
 
-    tunable = a2c.TUNABLE
+    tunable = ActorCriticLearner.tunable
     local: ActorCritic | None = None
     """The worker's copy of the network (set in each worker)."""
 

@@ -17,7 +17,6 @@ import dataclasses
 from typing import Any, Literal
 
 import torch
-from torch import nn
 
 from onebox.algos import actor_learner, impala
 from onebox.algos.common import check_positive
@@ -138,11 +137,7 @@ class APPO(impala.IMPALA):
                 v_loss = 0.5 * ((value - flat["vs"][rows]) ** 2).mean()
                 entropy = net.entropy(dist).mean()
                 loss = pg_loss + hp["vf_coef"] * v_loss - hp["ent_coef"] * entropy
-                self.optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.params, hp["max_grad_norm"])
-                with self.updating():
-                    self.optimizer.step()
+                self.descend(loss, hp["max_grad_norm"])
                 clipfracs.append(((ratio.detach() - 1).abs() > clip).float().mean())
         return {
             "losses/policy_loss": pg_loss.item(),

@@ -214,6 +214,7 @@ class QLearner(Learner):
         self.optimizer = self.make_optimizer(self.params)
         self.hp = self.make_hyperparams(config)
         self.hp.bind("learning_rate", self.optimizer)
+        self.clips = "max_grad_norm" in self.hp.names  # a config without one does not clip
         self.updates = 0
 
     def make_net(self, config: Any, obs_space: Any, act_space: Any) -> nn.Module:
@@ -232,12 +233,7 @@ class QLearner(Learner):
         """One optimizer step on `loss` (the gradient norm clipped where the learner has
         `max_grad_norm`), inside `updating()`; then, every `target_every` updates, the target
         network moved towards the online one by `tau` (1: copied)."""
-        self.optimizer.zero_grad()
-        loss.backward()
-        if "max_grad_norm" in self.hp.names:
-            nn.utils.clip_grad_norm_(self.params, self.hp.max_grad_norm)
-        with self.updating():
-            self.optimizer.step()
+        self.descend(loss, self.hp.max_grad_norm if self.clips else None)
         self.updates += 1
         if self.updates % self.target_every == 0:
             if tau == 1:

@@ -97,11 +97,12 @@ def train(config: Any, resume: Path | None = None) -> Path:
 
 def _loop(session: run.RunSession, config: Any, trainer: Trainer) -> None:
     """Step the trainer until the run is done or stopped, logging as the module says."""
-    every, logged = config.log_every, -1
+    every, logged, hp = config.log_every, -1, trainer.hp
     stats: dict[str, float] = {}
     while not trainer.done and not session.stopping:
         before = trainer.global_step
-        trainer.hp.progress = before / trainer.total_steps
+        if hp.scheduled:
+            hp.progress = before / trainer.total_steps
         result = trainer.step()
         stats = result.stats or stats
         step = trainer.global_step

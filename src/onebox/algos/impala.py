@@ -31,7 +31,6 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from torch import nn
 
 import onebox.envs
 from onebox.algos import actor_learner
@@ -248,11 +247,7 @@ class IMPALA(Learner):
         pg_loss = -(vt.advantages * logprobs).mean()
         v_loss = 0.5 * ((vt.vs - values) ** 2).mean()
         loss = pg_loss + hp["vf_coef"] * v_loss - hp["ent_coef"] * entropy
-        self.optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.params, hp["max_grad_norm"])
-        with self.updating():
-            self.optimizer.step()
+        self.descend(loss, hp["max_grad_norm"])
         return {
             "losses/policy_loss": pg_loss.item(),
             "losses/value_loss": v_loss.item(),

@@ -29,7 +29,16 @@ from onebox.algos.common import (
     resolve_env,
     setup_torch,
 )
-from onebox.algos.trainer import EnvSeeds, Learner, Step, Trainer
+from onebox.algos.trainer import (
+    NONNEGATIVE,
+    POSITIVE,
+    UNIT,
+    EnvSeeds,
+    Learner,
+    Step,
+    Trainer,
+    tunables,
+)
 from onebox.nn.accel import Accel, check_accel
 from onebox.nn.networks import ActorCritic
 from onebox.nn.normalize import ObsNormalizer, RewardScaler
@@ -113,7 +122,11 @@ class OnPolicyTrainer(Trainer):
 class ActorCriticLearner(Learner):
     """An `ActorCritic` for the env's spaces (an LSTM core of `config.lstm` units if set), its
     optimizer (`make_optimizer`), and the normalizers the config asks for (`normalize_obs`,
-    `normalize_reward`, the latter with a return per env of the run's `num_envs`)."""
+    `normalize_reward`, the latter with a return per env of the run's `num_envs`). Its tunable
+    hyperparameters are A2C's (and A3C's); PPO adds its clip range."""
+
+    tunable = tunables(learning_rate=POSITIVE, gamma=UNIT, gae_lambda=UNIT,
+                       ent_coef=NONNEGATIVE, vf_coef=NONNEGATIVE, max_grad_norm=POSITIVE)  # fmt: skip
 
     def __init__(self, config: Any, obs_space: Any, act_space: Any, device: torch.device) -> None:
         self.config, self.device = config, device

@@ -25,11 +25,10 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from torch import nn
 
 from onebox.algos.common import adam, check_positive, fill_log_every
 from onebox.algos.onpolicy import ActorCriticLearner, OnPolicyTrainer, resolve_common
-from onebox.algos.trainer import NONNEGATIVE, POSITIVE, UNIT, tunables
+from onebox.algos.trainer import POSITIVE, tunables
 from onebox.nn.accel import AccelFields
 from onebox.nn.networks import ActorCritic
 from onebox.run.config import Switch, TorchConfig
@@ -184,22 +183,14 @@ def minibatches(
 class PPO(ActorCriticLearner):
     """The actor-critic trained by PPO's clipped objective, with Adam (eps 1e-5)."""
 
-    tunable = tunables(
-        learning_rate=POSITIVE,
-        gamma=UNIT,
-        gae_lambda=UNIT,
-        clip_coef=POSITIVE,
-        ent_coef=NONNEGATIVE,
-        vf_coef=NONNEGATIVE,
-        max_grad_norm=POSITIVE,
-    )
+    tunable = tunables(**ActorCriticLearner.tunable, clip_coef=POSITIVE)
 
     def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
         return adam(params, self.config.learning_rate, self.device, eps=1e-5)
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """PPO epochs over one rollout; returns the losses and diagnostics to log."""
-        config, net, optimizer = self.config, self.net, self.optimizer
+        config, net = self.config, self.net
         hp = self.hp.values()
         clip, gamma = hp["clip_coef"], hp["gamma"]
         advantages, returns = gae(rollout.bootstrapped_rewards(gamma), rollout.values,
@@ -230,10 +221,7 @@ class PPO(ActorCriticLearner):
                     v_loss = 0.5 * ((new_value - returns[mb]) ** 2).mean()
                 entropy_loss = net.entropy(dist).mean()
                 loss = pg_loss - hp["ent_coef"] * entropy_loss + hp["vf_coef"] * v_loss
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.params, hp["max_grad_norm"])
-                optimizer.step()
+                self.descend(loss, hp["max_grad_norm"])
             if config.target_kl is not None and approx_kl.item() > config.target_kl:
                 break
         y_pred, y_true = old_values.cpu().numpy(), returns.cpu().numpy()

@@ -26,7 +26,6 @@ import dataclasses
 from typing import Any, Literal
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from onebox.algos import onpolicy
@@ -158,7 +157,7 @@ class PQN(Learner):
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """PQN epochs over one rollout; returns the loss and diagnostics to log."""
-        config, net, optimizer = self.config, self.net, self.optimizer
+        config, net = self.config, self.net
         gamma, max_grad_norm = self.hp.gamma, self.hp.max_grad_norm
         rewards = rollout.bootstrapped_rewards(gamma)
         returns = q_lambda_returns(rewards, rollout.values, rollout.ends, rollout.next_value,
@@ -173,10 +172,7 @@ class PQN(Learner):
                 mb = order[start : start + size]
                 q_taken = net.q(obs[mb]).gather(1, actions[mb].unsqueeze(1)).squeeze(1)
                 loss = F.mse_loss(q_taken, returns[mb])
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.params, max_grad_norm)
-                optimizer.step()
+                self.descend(loss, max_grad_norm)
         return {
             "losses/td_loss": loss.item(),
             "losses/q_values": q_taken.mean().item(),

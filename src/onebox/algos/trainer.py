@@ -164,6 +164,11 @@ class Hyperparams:
         if self._schedules:
             self.apply()
 
+    @property
+    def scheduled(self) -> bool:
+        """Whether any hyperparameter follows a schedule (else `progress` changes nothing)."""
+        return bool(self._schedules)
+
     def schedule(self, name: str, schedule: Linear) -> None:
         """Multiply `name`'s base value by `schedule(progress)` from now on; ValueError if the
         learner has no such hyperparameter (a schedule it cannot follow)."""
@@ -242,6 +247,19 @@ class Learner(abc.ABC):
     accel: Accel | None = None
     """The run's precision and compilation (`--precision`, `--compile`), where the learner's
     config has them."""
+    optimizer: torch.optim.Optimizer
+    params: list[torch.nn.Parameter]
+    """A learner with one optimizer: it and the parameters it steps, listed once (`descend`)."""
+
+    def descend(self, loss: torch.Tensor, max_grad_norm: float | None) -> None:
+        """One step of `optimizer` down `loss`: the gradients of `params`, their norm clipped to
+        `max_grad_norm` (None: not clipped), the step inside `updating()`."""
+        self.optimizer.zero_grad()
+        loss.backward()
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.params, max_grad_norm)
+        with self.updating():
+            self.optimizer.step()
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The run's precision around an update (bfloat16 autocast for `--precision bf16`)."""
