@@ -11,7 +11,8 @@ once, for every learner:
 - the run session (`onebox.run.RunSession`): run folder, config.json, logs, progress bar,
   checkpoints every `--checkpoint-minutes`, Ctrl-C, curve, resume;
 - schedules: with `--anneal-lr` each of the learner's learning rates falls linearly to 0 over
-  the run's env steps (the driver sets the run's progress before every step);
+  the run's env steps (the driver sets the run's progress before every step that a schedule
+  reads);
 - seeding: the trainer seeds its envs from the run's `EnvSeeds`, whose count the checkpoint
   keeps, so a resumed run's envs start with seeds no earlier episode used;
 - logging: finished episodes as they come; the stats of the newest update with the learning
