@@ -110,7 +110,7 @@ def test_track_without_wandb_writes_nothing(runs, capsys, monkeypatch) -> None:
 def test_train_resume_of_an_evolve_run_points_to_evolve(runs, capsys) -> None:
     evo = evolve_run(runs)
     err = fails(capsys, "train", "--resume", str(evo))
-    assert "is an evolve run" in err and f"onebox evolve --resume {evo}" in err
+    assert "is a run of `onebox evolve" in err and f"onebox evolve --resume {evo}" in err
     assert folders(runs) == {"evo"}
 
 

@@ -3,6 +3,8 @@
     onebox envs                 list the envs
     onebox train ALGO           train an agent (ppo, a2c, a3c, impala, appo, apex, r2d2, dqn, pqn, sac);
                                 `onebox train --resume RUN` continues a run
+    onebox pbt ALGO             population-based training of a learner (ppo, a2c, pqn, dqn, sac,
+                                impala, appo, apex, r2d2); `onebox pbt --resume RUN` continues
     onebox eval RUN             play a run's policy, optionally to a video
     onebox bench envs           env steps/s of onebox next to Gymnasium and EnvPool
     onebox bench train          PPO steps/s, sync and double-buffered
@@ -64,6 +66,8 @@ class Group:
     commands: dict[str, Command | Group]
     fallback: Command | None = None
     """Run when the arguments start with an option instead of a subcommand (`--resume ...`)."""
+    refused: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Subcommand names the group knows but refuses, each with why (an error, not a usage)."""
 
 
 @dataclasses.dataclass
@@ -101,6 +105,9 @@ class EvalConfig:
     """Episodes to play."""
     video: bool = False
     """Also record the first episode to `<run>/videos/eval.mp4`."""
+    member: int | None = None
+    """With a population's run (`onebox pbt`): the member to play (default: the best by the
+    population's objective at its last checkpoint)."""
     seed: int = 12345
     """Seed of the evaluation envs (distinct from training seeds)."""
     max_episode_steps: int | None = None
@@ -123,6 +130,21 @@ COMMANDS: dict[str, Command | Group] = {
             config="onebox.cli:ResumeConfig",
             run="onebox.algos.launch:resume",
         ),
+    ),
+    "pbt": Group(
+        "Population-based training: a population of one learner's members trained at once, "
+        "the worst copying the best and perturbing their hyperparameters; `onebox pbt --resume "
+        "RUN` continues a run.",
+        {
+            name: Command(entry.help, config=entry.config, run="onebox.pbt.run:start")
+            for name, entry in registry.POPULATIONS.items()
+        },
+        fallback=Command(
+            "Continue a population from its last checkpoint.",
+            config="onebox.cli:ResumeConfig",
+            run="onebox.pbt.run:resume",
+        ),
+        refused=registry.NO_POPULATION,
     ),
     "eval": Command(
         "Play a trained run's policy; `--video` writes an mp4.",
@@ -233,6 +255,8 @@ def _dispatch(node: Command | Group, args: list[str], prog: str) -> Any:
         return _load(node.run)(config)
     if args and args[0] in node.commands:
         return _dispatch(node.commands[args[0]], args[1:], f"{prog} {args[0]}")
+    if args and args[0] in node.refused:
+        raise ValueError(f"`{prog} {args[0]}` is not available: {node.refused[args[0]]}")
     if node.fallback is not None and args and args[0] not in ("-h", "--help"):
         return _dispatch(node.fallback, args, prog)
     # `--help`, no subcommand or an unknown one: let tyro print the help or the error, from a

@@ -71,18 +71,35 @@ ALGORITHMS: dict[str, Entry] = {
 }
 """The algorithms of `onebox evolve`, in the order of its `--help`."""
 
+POPULATIONS: dict[str, Entry] = {
+    name: Entry(f"A population of {name} members (population-based training).",
+                f"onebox.pbt.configs:{cls}")
+    for name, cls in (("ppo", "PPO"), ("a2c", "A2C"), ("pqn", "PQN"), ("dqn", "DQN"),
+                      ("sac", "SAC"), ("impala", "IMPALA"), ("appo", "APPO"), ("apex", "ApeX"),
+                      ("r2d2", "R2D2"))
+}  # fmt: skip
+"""The learners of `onebox pbt`: those whose learner declares `search` ranges and whose trainer
+runs in this process."""
+
+NO_POPULATION: dict[str, str] = {
+    "a3c": "A3C's Hogwild workers are processes that each step their own envs and update one "
+    "shared model, so its members could not share this process; use a2c",
+}
+"""The learners `onebox pbt` refuses, and why."""
+
 
 def command_of(run_dir: str | Path) -> tuple[str, str]:
-    """The command that made the run in `run_dir`, as ("train" or "evolve", its name), from the
-    config type its `config.json` names (nothing is imported for this); ValueError if none did."""
+    """The command that made the run in `run_dir`, as ("train", "evolve" or "pbt", its name),
+    from the config type its `config.json` names (nothing is imported for this); ValueError if
+    none did."""
     from onebox.run.folder import config_type  # not at import: `onebox --help` stays fast
 
     target = config_type(Path(run_dir))
-    for group, entries in (("train", LEARNERS), ("evolve", ALGORITHMS)):
+    for group, entries in (("train", LEARNERS), ("evolve", ALGORITHMS), ("pbt", POPULATIONS)):
         for name, entry in entries.items():
             if entry.config == target:
                 return group, name
     raise ValueError(
-        f"{Path(run_dir) / 'config.json'} names the config {target!r}, which no `onebox train` "
-        "or `onebox evolve` command makes: not a run onebox can resume or evaluate"
+        f"{Path(run_dir) / 'config.json'} names the config {target!r}, which no `onebox train`, "
+        "`onebox evolve` or `onebox pbt` command makes: not a run onebox can resume or evaluate"
     )

@@ -336,6 +336,7 @@ class Trainer(trainer.Trainer):
         super().__init__()
         self.config, self.seeds = config, seeds
         self.total_steps = config.total_steps
+        self.num_envs = config.actors * config.envs_per_actor
         self.batch = config.envs_per_actor * config.num_steps
         seed_everything(config.seed)
         with onebox.envs.make(config.env, 1, **parse_env_options(config.env_options)) as probe:

@@ -342,6 +342,7 @@ class ActorLearnerTrainer(Trainer):
             config.total_steps if per is None else max(1, config.total_steps // per) * per
         )
         n = config.envs_per_actor
+        self.num_envs = config.actors * n
         first = seeds.take(config.actors * n)
         self.seeds = [first + a * n for a in range(config.actors)]
 
@@ -430,6 +431,15 @@ class ActorLearnerTrainer(Trainer):
         steps, returns, lengths = self.channel.progress()
         self.global_step += steps
         return Step({**stats, **lag}, returns, lengths)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load a state, also into a running trainer (a population's member copying another):
+        the weights change inside `updating` (central inference waits) and are published to
+        the actors' own copies (local inference)."""
+        with self.learner.updating():
+            super().load_state_dict(state)
+        if self.weights is not None and self.server is not None:
+            self.weights.publish(self.learner.net, self.server.version)
 
     def charts(self) -> dict[str, float]:
         charts = {**self.server_stats.update(), **self.actor_stats.update()}

@@ -20,7 +20,7 @@ import torch
 
 from onebox.algos import actor_learner, impala
 from onebox.algos.common import check_positive
-from onebox.algos.trainer import POSITIVE, tunables
+from onebox.algos.trainer import POSITIVE, Range, ranges, tunables
 from onebox.algos.vtrace import vtrace
 from onebox.run.presets import Presets
 
@@ -102,6 +102,7 @@ class APPO(impala.IMPALA):
     behaviour policy that chose the actions."""
 
     tunable = tunables(**impala.IMPALA.tunable, clip_coef=POSITIVE)
+    search = ranges(**impala.IMPALA.search, clip_coef=Range(0.05, 0.4))
 
     def learn(self, batch: dict[str, Any]) -> dict[str, float]:
         config, net, hp = self.config, self.net, self.hp.values()

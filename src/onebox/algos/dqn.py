@@ -42,7 +42,15 @@ from torch import nn
 
 from onebox.algos import offpolicy
 from onebox.algos.common import adam, check_positive, fill_log_every, greedy_q_policy, resolve_env
-from onebox.algos.trainer import POSITIVE, RATE, Learner, tunables
+from onebox.algos.trainer import (
+    GRAD_CLIP,
+    LEARNING_RATE,
+    POSITIVE,
+    RATE,
+    Learner,
+    ranges,
+    tunables,
+)
 from onebox.nn.accel import Accel, AccelFields, check_accel
 from onebox.nn.networks import Init
 from onebox.nn.q_networks import EpsilonGreedy, QNetwork
@@ -203,6 +211,7 @@ class QLearner(Learner):
     (`replay`, set by the trainer) when it is prioritized."""
 
     tunable = tunables(learning_rate=POSITIVE, tau=RATE, max_grad_norm=POSITIVE)
+    search = ranges(learning_rate=LEARNING_RATE, max_grad_norm=GRAD_CLIP)
     replay: Any = None
 
     def __init__(self, config: Any, obs_space: Any, act_space: Any, device: torch.device,

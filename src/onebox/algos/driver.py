@@ -35,7 +35,7 @@ import torch
 import onebox.envs
 from onebox import run
 from onebox.algos.common import parse_env_options
-from onebox.algos.trainer import ANNEAL, EnvSeeds, Learner, Trainer
+from onebox.algos.trainer import ANNEAL, EnvSeeds, Learner, Step, Trainer
 from onebox.run.config import unresolved
 from onebox.run.presets import learner_name
 
@@ -65,16 +65,14 @@ def train(config: Any, resume: Path | None = None) -> Path:
     if state is not None:
         check_learner(state, name, session.run_dir)
     seeds = EnvSeeds(config.seed, int(state["env_seeds"]) if state is not None else 0)
-    trainer: Trainer = module.Trainer(config, seeds)  # envs and networks: still nothing written
+    trainer = make_trainer(module, config, seeds)  # envs and networks: still nothing written
     try:
-        if config.anneal_lr:
-            for rate in trainer.learner.learning_rates:
-                trainer.hp.schedule(rate, ANNEAL)
         refilled: str | None = None
         if state is not None:
             trainer.load_state_dict(state["trainer"])
-            if trainer.replay is not None and not load_replay(config, session.run_dir,
-                                                              trainer.replay):  # fmt: skip
+            if trainer.replay is not None and not load_replay(
+                config, session.run_dir / REPLAY_FILE, trainer.replay
+            ):
                 refilled = trainer.refill()
         session.timer = trainer.timer
         trainer.interrupted = lambda: session.stopping  # type: ignore[method-assign]
@@ -96,24 +94,57 @@ def train(config: Any, resume: Path | None = None) -> Path:
     return session.run_dir
 
 
+def make_trainer(module: ModuleType, config: Any, seeds: EnvSeeds) -> Trainer:
+    """The learner module's trainer for a resolved `config`, its envs seeded from `seeds`, its
+    learning rates annealed when `config.anneal_lr` says (nothing started yet)."""
+    trainer: Trainer = module.Trainer(config, seeds)
+    if config.anneal_lr:
+        for rate in trainer.learner.learning_rates:
+            trainer.hp.schedule(rate, ANNEAL)
+    return trainer
+
+
+def advance(trainer: Trainer) -> Step:
+    """One step of `trainer`, its schedules read at the run's progress before it."""
+    if trainer.hp.scheduled:
+        trainer.hp.progress = trainer.global_step / trainer.total_steps
+    return trainer.step()
+
+
+class Cadence:
+    """When to log a trainer's stats: at the end of the first step past each multiple of
+    `every` env steps, and at the run's end."""
+
+    def __init__(self, every: int) -> None:
+        self.every, self.logged = every, -1
+
+    def due(self, before: int, step: int, last: bool) -> bool:
+        """Whether a step from `before` to `step` env steps (`last`: the run's last) logs."""
+        if step // self.every > before // self.every or (last and self.logged != step):
+            self.logged = step
+            return True
+        return False
+
+
+def charts(trainer: Trainer, stats: dict[str, float]) -> dict[str, float]:
+    """What the driver logs with an update's `stats`: the learning rates, the update count and
+    the trainer's own charts."""
+    return {**stats, **lr_charts(trainer.learner), "charts/updates": trainer.updates,
+            **trainer.charts()}  # fmt: skip
+
+
 def _loop(session: run.RunSession, config: Any, trainer: Trainer) -> None:
     """Step the trainer until the run is done or stopped, logging as the module says."""
-    every, logged, hp = config.log_every, -1, trainer.hp
+    cadence = Cadence(config.log_every)
     stats: dict[str, float] = {}
     while not trainer.done and not session.stopping:
         before = trainer.global_step
-        if hp.scheduled:
-            hp.progress = before / trainer.total_steps
-        result = trainer.step()
+        result = advance(trainer)
         stats = result.stats or stats
         step = trainer.global_step
         session.episodes(step, result.returns, result.lengths)
-        crossed = step // every > before // every
-        if stats and (crossed or ((trainer.done or session.stopping) and logged != step)):
-            session.log(step, {**stats, **lr_charts(trainer.learner),
-                               "charts/updates": trainer.updates, **trainer.charts(),
-                               **session.rates(step)})  # fmt: skip
-            logged = step
+        if stats and cadence.due(before, step, trainer.done or session.stopping):
+            session.log(step, {**charts(trainer, stats), **session.rates(step)})
         session.update(step)
     last = trainer.finish()
     session.episodes(trainer.global_step, last.returns, last.lengths)
@@ -137,10 +168,9 @@ def lr_charts(learner: Learner) -> dict[str, float]:
     return {f"charts/{name}": getattr(learner.hp, name) for name in learner.learning_rates}
 
 
-def load_replay(config: Any, run_dir: Path, replay: Any) -> bool:
-    """On resume: load the replay table saved beside the checkpoint with `--save-replay` into
-    `replay`; False if there is none (the run then refills it)."""
-    path = run_dir / REPLAY_FILE
+def load_replay(config: Any, path: Path, replay: Any) -> bool:
+    """On resume: load the replay table saved at `path` beside the checkpoint with
+    `--save-replay` into `replay`; False if there is none (the run then refills it)."""
     if config.save_replay and path.exists():
         replay.resume_from(path)
         return True
@@ -160,8 +190,13 @@ def load_policy(run_dir: Path, config: Any, device: str = "cpu") -> Any:
     actions` for a batch of envs (greedy; a recurrent one carries its state between calls)."""
     state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)
     check_learner(state, learner_name(type(config)), run_dir)
-    module = learner_module(config)
+    return greedy(learner_module(config), config, state["trainer"]["learner"], device)
+
+
+def greedy(module: ModuleType, config: Any, state: dict[str, Any], device: str = "cpu") -> Any:
+    """The greedy policy of the learner of `module` (a learner module) made from `config` with
+    the learner state `state` (as `load_policy`)."""
     learner: Learner = module.Trainer.make_learner(config, *probe_spaces(config),
                                                    torch.device(device))  # fmt: skip
-    learner.load_state_dict(state["trainer"]["learner"])
+    learner.load_state_dict(state)
     return learner.greedy(torch.device(device))

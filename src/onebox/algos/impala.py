@@ -44,7 +44,18 @@ from onebox.algos.common import (
     parse_env_options,
     probe_env,
 )
-from onebox.algos.trainer import NONNEGATIVE, POSITIVE, UNIT, Learner, tunables
+from onebox.algos.trainer import (
+    DISCOUNT,
+    GRAD_CLIP,
+    LEARNING_RATE,
+    NONNEGATIVE,
+    POSITIVE,
+    UNIT,
+    Learner,
+    Range,
+    ranges,
+    tunables,
+)
 from onebox.algos.vtrace import vtrace
 from onebox.nn.accel import Accel, AccelFields, check_accel, resolve_device
 from onebox.nn.networks import ActorCritic
@@ -198,6 +209,9 @@ class IMPALA(Learner):
 
     tunable = tunables(learning_rate=POSITIVE, gamma=UNIT, rho_bar=POSITIVE, c_bar=POSITIVE,
                        ent_coef=NONNEGATIVE, vf_coef=NONNEGATIVE, max_grad_norm=POSITIVE)  # fmt: skip
+    search = ranges(learning_rate=LEARNING_RATE, gamma=DISCOUNT,
+                    ent_coef=Range(1e-5, 0.1, "log"), vf_coef=Range(0.1, 1.0),
+                    max_grad_norm=GRAD_CLIP)  # fmt: skip
     outputs = ACTOR_CRITIC_OUTPUTS
 
     def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device):

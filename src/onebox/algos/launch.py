@@ -38,8 +38,8 @@ def resume(config: Any) -> int:
     group, name = command_of(run_dir)
     if group != "train":
         raise ValueError(
-            f"{run_dir} is an evolve run (`onebox evolve {name}`); continue it with "
-            f"`onebox evolve --resume {run_dir}`"
+            f"{run_dir} is a run of `onebox {group} {name}`; continue it with "
+            f"`onebox {group} --resume {run_dir}`"
         )
     saved = run.load_config(run_dir)
     from onebox import cluster
@@ -111,10 +111,16 @@ def evaluate(config: Any) -> int:
         raise ValueError(f"--episodes must be positive, got {config.episodes}")
     if config.max_episode_steps is not None and config.max_episode_steps <= 0:
         raise ValueError(f"--max-episode-steps must be positive, got {config.max_episode_steps}")
-    group, _ = command_of(run_dir)  # a run of a onebox learner (train or evolve), or ValueError
+    group, _ = command_of(run_dir)  # a run of onebox train, evolve or pbt, or ValueError
+    if config.member is not None and group != "pbt":
+        raise ValueError(f"--member picks a population's member; {run_dir} is a `{group}` run")
     saved = run.load_config(run_dir)
     if group == "train":
         policy = driver.load_policy(run_dir, saved)
+    elif group == "pbt":
+        from onebox.pbt.run import load_policy as load_member
+
+        policy = load_member(run_dir, saved, config.member)
     else:
         from onebox.evo.run import load_policy
 

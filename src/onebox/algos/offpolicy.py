@@ -102,7 +102,7 @@ class ReplayTrainer(Trainer):
         self.config = config
         device = setup_torch(config)
         Accel.of(config, device).setup()
-        n = config.num_envs
+        self.num_envs = n = config.num_envs
         self.seed = seeds.take(n)
         self.envs = onebox.envs.make(config.env, n, num_threads=config.num_threads,
                                      seed=self.seed, autoreset_mode="SameStep",

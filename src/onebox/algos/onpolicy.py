@@ -30,13 +30,18 @@ from onebox.algos.common import (
     setup_torch,
 )
 from onebox.algos.trainer import (
+    DISCOUNT,
+    GRAD_CLIP,
+    LEARNING_RATE,
     NONNEGATIVE,
     POSITIVE,
     UNIT,
     EnvSeeds,
     Learner,
+    Range,
     Step,
     Trainer,
+    ranges,
     tunables,
 )
 from onebox.nn.accel import Accel, check_accel
@@ -90,6 +95,7 @@ class OnPolicyTrainer(Trainer):
         accel.setup()
         self.batch = config.num_envs * config.num_steps
         self.total_steps = max(1, config.total_steps // self.batch) * self.batch
+        self.num_envs = config.num_envs
         self.seed = seeds.take(config.num_envs)
         self.pools = make_pools(config, self.seed)
         try:
@@ -127,6 +133,9 @@ class ActorCriticLearner(Learner):
 
     tunable = tunables(learning_rate=POSITIVE, gamma=UNIT, gae_lambda=UNIT,
                        ent_coef=NONNEGATIVE, vf_coef=NONNEGATIVE, max_grad_norm=POSITIVE)  # fmt: skip
+    search = ranges(learning_rate=LEARNING_RATE, gamma=DISCOUNT,
+                    gae_lambda=Range(0.8, 0.99, "complement"), ent_coef=Range(1e-5, 0.1, "log"),
+                    vf_coef=Range(0.1, 1.0), max_grad_norm=GRAD_CLIP)  # fmt: skip
 
     def __init__(self, config: Any, obs_space: Any, act_space: Any, device: torch.device) -> None:
         self.config, self.device = config, device

@@ -28,7 +28,7 @@ import torch
 
 from onebox.algos.common import adam, check_positive, fill_log_every
 from onebox.algos.onpolicy import ActorCriticLearner, OnPolicyTrainer, resolve_common
-from onebox.algos.trainer import POSITIVE, tunables
+from onebox.algos.trainer import POSITIVE, Range, ranges, tunables
 from onebox.nn.accel import AccelFields
 from onebox.nn.networks import ActorCritic
 from onebox.run.config import Switch, TorchConfig
@@ -184,6 +184,7 @@ class PPO(ActorCriticLearner):
     """The actor-critic trained by PPO's clipped objective, with Adam (eps 1e-5)."""
 
     tunable = tunables(**ActorCriticLearner.tunable, clip_coef=POSITIVE)
+    search = ranges(**ActorCriticLearner.search, clip_coef=Range(0.05, 0.4))
 
     def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
         return adam(params, self.config.learning_rate, self.device, eps=1e-5)

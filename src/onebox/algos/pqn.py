@@ -30,7 +30,17 @@ from torch.nn import functional as F
 
 from onebox.algos import onpolicy
 from onebox.algos.common import check_positive, fill_log_every, greedy_q_policy, resolve_env
-from onebox.algos.trainer import POSITIVE, UNIT, Learner, tunables
+from onebox.algos.trainer import (
+    DISCOUNT,
+    GRAD_CLIP,
+    LEARNING_RATE,
+    POSITIVE,
+    UNIT,
+    Learner,
+    Range,
+    ranges,
+    tunables,
+)
 from onebox.nn.accel import Accel, AccelFields, check_accel
 from onebox.nn.q_networks import EpsilonGreedy, QNetwork
 from onebox.run.config import Switch, TorchConfig
@@ -142,6 +152,8 @@ class PQN(Learner):
     a log-probability of 0 and max_a Q) and RAdam, CleanRL's optimizer for PQN."""
 
     tunable = tunables(learning_rate=POSITIVE, gamma=UNIT, q_lambda=UNIT, max_grad_norm=POSITIVE)
+    search = ranges(learning_rate=LEARNING_RATE, gamma=DISCOUNT,
+                    q_lambda=Range(0.5, 0.99, "complement"), max_grad_norm=GRAD_CLIP)  # fmt: skip
     obs_norm = reward_scaler = None  # the sampler's transforms: none
 
     def __init__(self, config: Config, obs_space: Any, act_space: Any, device: torch.device):

@@ -29,7 +29,7 @@ import torch
 
 from onebox.algos import offpolicy
 from onebox.algos.common import adam, check_positive, fill_log_every, resolve_env
-from onebox.algos.trainer import POSITIVE, RATE, Learner, tunables
+from onebox.algos.trainer import LEARNING_RATE, POSITIVE, RATE, Learner, Range, ranges, tunables
 from onebox.nn.accel import Accel, AccelFields, check_accel
 from onebox.nn.q_networks import ContinuousQ, SquashedGaussianActor, check_bounded_actions
 from onebox.replay import ReplayBatch
@@ -136,6 +136,8 @@ class SAC(Learner):
     tunes alpha). `alpha` is tunable when it is not learned (`--autotune False`)."""
 
     tunable = tunables(policy_lr=POSITIVE, q_lr=POSITIVE, tau=RATE, alpha=POSITIVE)
+    search = ranges(policy_lr=LEARNING_RATE, q_lr=LEARNING_RATE, tau=Range(1e-3, 0.1, "log"),
+                    alpha=Range(0.01, 1.0, "log"))  # fmt: skip
     learning_rates = ("policy_lr", "q_lr")
     replay: Any = None
 

@@ -28,8 +28,9 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
+import numpy as np
 import torch
 
 from onebox.nn.accel import Accel
@@ -83,6 +84,67 @@ class Linear:
 def tunables(**bounds: Bounds) -> Mapping[str, Bounds]:
     """A learner's `tunable` declaration, read-only: each hyperparameter's name and bounds."""
     return MappingProxyType(bounds)
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """Where population-based training (`onebox.pbt`) draws and moves a hyperparameter:
+    `low` <= x <= `high`, on `scale` "linear" (uniform), "log" (log-uniform: learning rates,
+    coefficients spanning decades) or "complement" (1 - x log-uniform: discounts and lambdas,
+    whose horizon 1 / (1 - x) is what matters)."""
+
+    low: float
+    high: float
+    scale: Literal["linear", "log", "complement"] = "linear"
+
+    def check(self, name: str, bounds: Bounds) -> None:
+        """Raise ValueError unless the range is non-empty, upright and inside `bounds`."""
+        if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low < self.high):
+            raise ValueError(
+                f"the range of {name} must have low < high (both finite), got "
+                f"{self.low:g}:{self.high:g}"
+            )
+        bounds.check(f"{name}'s low end", self.low)
+        bounds.check(f"{name}'s high end", self.high)
+        if self.scale == "log" and self.low <= 0:
+            raise ValueError(f"{name} is drawn log-uniformly: its range must be above 0")
+        if self.scale == "complement" and self.high >= 1:
+            raise ValueError(f"{name} is drawn as 1 - x log-uniformly: its range must be below 1")
+
+    def _to(self, x: float) -> float:
+        if self.scale == "log":
+            return math.log(x)
+        return math.log(1 - x) if self.scale == "complement" else x
+
+    def _from(self, y: float) -> float:
+        if self.scale == "log":
+            return math.exp(y)
+        return 1 - math.exp(y) if self.scale == "complement" else y
+
+    def sample(self, rng: np.random.Generator) -> float:
+        """A value drawn uniformly on the range's scale."""
+        a, b = sorted((self._to(self.low), self._to(self.high)))
+        return min(self.high, max(self.low, self._from(float(rng.uniform(a, b)))))
+
+    def perturb(self, x: float, factor: float) -> float:
+        """`x` moved by `factor` (x * factor; for "complement" 1 - (1 - x) * factor), kept in
+        the range."""
+        moved = 1 - (1 - x) * factor if self.scale == "complement" else x * factor
+        return min(self.high, max(self.low, moved))
+
+
+def ranges(**search: Range) -> Mapping[str, Range]:
+    """A learner's `search` declaration, read-only: the range of each hyperparameter a
+    population may mutate."""
+    return MappingProxyType(search)
+
+
+LEARNING_RATE = Range(1e-5, 1e-2, "log")
+"""The search range of a learning rate."""
+DISCOUNT = Range(0.9, 0.999, "complement")
+"""The search range of a discount (horizons of 10 to 1,000 steps)."""
+GRAD_CLIP = Range(0.1, 10.0, "log")
+"""The search range of a gradient norm clip."""
 
 
 ANNEAL = Linear()
@@ -234,11 +296,13 @@ class EnvSeeds:
 
 class Learner(abc.ABC):
     """One algorithm (see the module's docstring). A subclass sets `tunable` (its
-    hyperparameters and their bounds), `learning_rates` (those `--anneal-lr` anneals) and, in
-    its constructor, `hp` (`make_hyperparams`), binding each learning rate to its
-    optimizers."""
+    hyperparameters and their bounds), `learning_rates` (those `--anneal-lr` anneals), `search`
+    (those a population may mutate, a subset of `tunable`, and their ranges; none: the learner
+    runs no population) and, in its constructor, `hp` (`make_hyperparams`), binding each
+    learning rate to its optimizers."""
 
     tunable: ClassVar[Mapping[str, Bounds]] = MappingProxyType({})
+    search: ClassVar[Mapping[str, Range]] = MappingProxyType({})
     learning_rates: ClassVar[tuple[str, ...]] = ("learning_rate",)
     hp: Hyperparams
     updating: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
@@ -324,6 +388,8 @@ class Trainer(abc.ABC):
     updates: int = 0
     total_steps: int
     """Env steps at which the run ends."""
+    num_envs: int
+    """The envs the trainer steps (all its actors' together)."""
     replay: Any = None
     """The replay table (`save(path)`, `resume_from(path)`) the driver saves with checkpoints
     when the config's `save_replay` asks, else None."""

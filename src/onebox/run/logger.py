@@ -3,6 +3,10 @@
 `metrics.csv` is in long format, one scalar per row: `step,time,tag,value`, where `time` is the wall
 seconds since the run began (continuing across resumes). A resumed run first drops the rows after its
 checkpoint's step, since it redoes those steps.
+
+A population's run (`members=N`) has a member column, `step,time,member,tag,value` (empty for the
+population's own scalars), and one TensorBoard folder per member, `members/<i>`, so that
+TensorBoard draws the members' curves side by side.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import numpy as np
 CSV_FILE = "metrics.csv"
 LOG_FILE = "log.txt"
 CSV_HEADER = ("step", "time", "tag", "value")
+POPULATION_HEADER = ("step", "time", "member", "tag", "value")
+MEMBERS_DIR = "members"
+"""A population's per-member TensorBoard folders: `members/0`, `members/1`, ..."""
 RETURN_TAG = "charts/episodic_return"
 LENGTH_TAG = "charts/episodic_length"
 WINDOW = 100
@@ -52,6 +59,7 @@ class Logger:
         track: bool = False,
         project: str = "onebox",
         config: Any = None,
+        members: int | None = None,
     ) -> None:
         if start_step < 0:
             raise ValueError(f"start_step must be >= 0, got {start_step}")
@@ -66,34 +74,37 @@ class Logger:
 
         self._csv_path = self.run_dir / CSV_FILE
         # the window of recent returns continues from the episodes logged before the checkpoint
-        self._returns.extend(_truncate_csv(self._csv_path, start_step))
+        self._header = CSV_HEADER if members is None else POPULATION_HEADER
+        self._returns.extend(_truncate_csv(self._csv_path, start_step, self._header))
         new = not self._csv_path.exists() or self._csv_path.stat().st_size == 0
         self._csv_file = open(self._csv_path, "a", newline="", buffering=1 << 16)  # noqa: SIM115
         self._csv = csv.writer(self._csv_file, lineterminator="\n")
         if new:
-            self._csv.writerow(CSV_HEADER)
+            self._csv.writerow(self._header)
         self._last_flush = self._t0
 
         from torch.utils.tensorboard import SummaryWriter
 
-        self._tb = SummaryWriter(
-            log_dir=str(self.run_dir),
+        def writer(folder: Path) -> SummaryWriter:
             # TensorBoard purges events at steps >= purge_step; the CSV keeps step == start_step
-            purge_step=start_step + 1 if start_step > 0 else None,
-            flush_secs=10,
-        )
+            purge = start_step + 1 if start_step > 0 else None
+            return SummaryWriter(log_dir=str(folder), purge_step=purge, flush_secs=10)
+
+        self._tb = writer(self.run_dir)
+        self._member_tb = [writer(self.run_dir / MEMBERS_DIR / str(i)) for i in range(members or 0)]
         self._wandb = None if wandb is None else _init_wandb(wandb, self.run_dir, project, config)
         self._closed = False
 
-    def scalars(self, step: int, values: Mapping[str, float]) -> None:
-        """Log each `tag: value` of `values` at env step `step`."""
+    def scalars(self, step: int, values: Mapping[str, float], member: int | None = None) -> None:
+        """Log each `tag: value` of `values` at env step `step` (a population's: of `member`,
+        or of the population as a whole)."""
         self._check_open()
         now = self.elapsed()
         step = int(step)
         floats = {tag: float(value) for tag, value in values.items()}
-        self._tb_write(step, floats.items())
+        self._tb_write(step, floats.items(), member)
         for tag, value in floats.items():
-            self._csv.writerow((step, f"{now:.3f}", tag, repr(value)))
+            self._csv.writerow(self._row(step, now, member, tag, value))
         if self._wandb is not None and floats:
             self._wandb.log(floats, step=step)
         self._maybe_flush()
@@ -113,8 +124,10 @@ class Logger:
         step: int,
         returns: Sequence[float] | np.ndarray,
         lengths: Sequence[int] | np.ndarray,
+        member: int | None = None,
     ) -> None:
-        """Log each finished episode's return and length at `step` (`charts/episodic_*`).
+        """Log each finished episode's return and length at `step` (`charts/episodic_*`; a
+        population's: `member`'s).
 
         TensorBoard and the CSV get every episode; W&B, which keeps one value per tag and step,
         gets their means.
@@ -132,9 +145,9 @@ class Logger:
         pairs = []
         for ret, length in zip(returns.tolist(), lengths.tolist(), strict=True):
             pairs += ((RETURN_TAG, ret), (LENGTH_TAG, float(length)))
-            self._csv.writerow((step, f"{now:.3f}", RETURN_TAG, repr(float(ret))))
-            self._csv.writerow((step, f"{now:.3f}", LENGTH_TAG, repr(float(length))))
-        self._tb_write(step, pairs)
+            self._csv.writerow(self._row(step, now, member, RETURN_TAG, ret))
+            self._csv.writerow(self._row(step, now, member, LENGTH_TAG, length))
+        self._tb_write(step, pairs, member)
         if self._wandb is not None and returns.size:  # W&B keeps one value per tag and step
             self._wandb.log(
                 {RETURN_TAG: float(returns.mean()), LENGTH_TAG: float(lengths.mean())}, step=step
@@ -164,7 +177,8 @@ class Logger:
         if self._closed:
             return
         self._csv_file.flush()
-        self._tb.flush()
+        for tb in (self._tb, *self._member_tb):
+            tb.flush()
         self._last_flush = time.perf_counter()
 
     def close(self) -> None:
@@ -173,7 +187,8 @@ class Logger:
             return
         self.flush()
         self._csv_file.close()
-        self._tb.close()
+        for tb in (self._tb, *self._member_tb):
+            tb.close()
         if self._wandb is not None:
             self._wandb.finish()
         self._closed = True
@@ -184,14 +199,26 @@ class Logger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _tb_write(self, step: int, pairs: Iterable[tuple[str, float]]) -> None:
+    def _row(self, step: int, now: float, member: int | None, tag: str, value: float) -> tuple:
+        """A CSV row (with the member column in a population's file)."""
+        if member is not None and not self._member_tb:
+            raise ValueError(f"member {member} logged to a Logger made without members")
+        head = (step, f"{now:.3f}")
+        if len(self._header) == len(POPULATION_HEADER):
+            head += ("" if member is None else member,)
+        return (*head, tag, repr(float(value)))
+
+    def _tb_write(
+        self, step: int, pairs: Iterable[tuple[str, float]], member: int | None = None
+    ) -> None:
         """All `(tag, value)` pairs of one step as one TensorBoard event: one hand-off to the
         writer thread instead of one per value (`add_scalar` costs ~60 us each)."""
         from tensorboard.compat.proto.summary_pb2 import Summary
 
         values = [Summary.Value(tag=tag, simple_value=value) for tag, value in pairs]
+        tb = self._tb if member is None else self._member_tb[member]
         if values:
-            self._tb._get_file_writer().add_summary(Summary(value=values), step)
+            tb._get_file_writer().add_summary(Summary(value=values), step)
 
     def _maybe_flush(self) -> None:
         if time.perf_counter() - self._last_flush >= CSV_FLUSH_SECONDS:
@@ -203,19 +230,19 @@ class Logger:
             raise RuntimeError("this Logger is closed; make a new one to log more")
 
 
-def _truncate_csv(path: Path, start_step: int) -> list[float]:
-    """Drop the rows of `path` after `start_step`, and any row cut short by a crash; return the
-    episodic returns kept, oldest first."""
+def _truncate_csv(path: Path, start_step: int, expected: tuple[str, ...]) -> list[float]:
+    """Drop the rows of `path` (whose header must be `expected`) after `start_step`, and any row
+    cut short by a crash; return the episodic returns kept, oldest first."""
     if not path.exists() or path.stat().st_size == 0:
         return []
     with open(path, newline="") as f:
         text = f.read()
     lines = text.split("\n")
     header = next(csv.reader(lines[:1]), None)
-    if tuple(header or ()) != CSV_HEADER:
+    if tuple(header or ()) != expected:
         raise ValueError(
-            f"{path} does not start with the header {','.join(CSV_HEADER)}; it is not a onebox "
-            "metrics file (move it away to resume this run)"
+            f"{path} does not start with the header {','.join(expected)}; it is not the "
+            "metrics file of a run like this one (move it away to resume this run)"
         )
     if not text.endswith("\n"):
         lines = lines[:-1]  # the last row was being written when the process died
@@ -223,11 +250,13 @@ def _truncate_csv(path: Path, start_step: int) -> list[float]:
     for line in lines[1:]:
         row = next(csv.reader([line]), [])
         step, value = (
-            (_number(int, row[0]), _number(float, row[3])) if len(row) == 4 else (None, None)
+            (_number(int, row[0]), _number(float, row[-1]))
+            if len(row) == len(expected)
+            else (None, None)
         )
         if step is not None and value is not None and step <= start_step:
             kept.append(line)
-            if row[2] == RETURN_TAG:
+            if row[-2] == RETURN_TAG:
                 returns.append(value)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", newline="") as f:

@@ -22,13 +22,13 @@ def plot_curves(run_dir: Path, tag: str = RETURN_TAG, out: Path | None = None) -
     path = run_dir / CSV_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: {run_dir} has no metrics yet")
-    steps, times, values = _read(path, tag)
+    steps, times, values, _ = read_scalars(path, tag)
     if not values.size:
         return None
     from matplotlib.figure import Figure  # a bare Figure renders with Agg, no pyplot state
 
     fig = Figure(figsize=(11, 4), layout="constrained")
-    smooth = _moving_average(values, max(1, min(100, values.size // 10)))
+    smooth = moving_average(values, max(1, min(100, values.size // 10)))
     hours = times.max() >= 2 * 3600
     for ax, x, label in zip(
         fig.subplots(1, 2, sharey=True),
@@ -48,22 +48,26 @@ def plot_curves(run_dir: Path, tag: str = RETURN_TAG, out: Path | None = None) -
     return out
 
 
-def _read(path: Path, tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    steps, times, values = [], [], []
+def read_scalars(path: Path, tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of `tag` in a `metrics.csv`: their steps, times, values and members (a
+    population's member column; -1 where a row has none)."""
+    steps, times, values, members = [], [], [], []
     with open(path, newline="") as f:
         for row in csv.reader(f):
-            if len(row) == 4 and row[2] == tag:
+            if len(row) in (4, 5) and row[-2] == tag:
                 try:
-                    step, time, value = int(row[0]), float(row[1]), float(row[3])
+                    step, time, value = int(row[0]), float(row[1]), float(row[-1])
+                    member = int(row[2]) if len(row) == 5 and row[2] else -1
                 except ValueError:
-                    continue  # a row cut short by a crash
+                    continue  # a row cut short by a crash, or the header
                 steps.append(step)
                 times.append(time)
                 values.append(value)
-    return np.array(steps), np.array(times), np.array(values)
+                members.append(member)
+    return np.array(steps), np.array(times), np.array(values), np.array(members, dtype=np.int64)
 
 
-def _moving_average(values: np.ndarray, window: int) -> np.ndarray:
+def moving_average(values: np.ndarray, window: int) -> np.ndarray:
     """Mean of each value and the `window - 1` before it (fewer at the start)."""
     sums = np.cumsum(np.insert(values, 0, 0.0))
     ends = np.arange(1, values.size + 1)

@@ -129,12 +129,14 @@ class RunSession:
         total: int,
         progress: int | None = None,
         description: str | None = None,
-        curve: str = RETURN_TAG,
+        curve: str | None = RETURN_TAG,
+        members: int | None = None,
     ) -> Iterator[RunSession]:
         """Run the loop inside: the folder made and the config written, the generators
-        restored (on resume), the logs, checkpoints, progress bar (`total` steps, starting at
-        `progress`, default `step`) and Ctrl-C handled; at a normal end the final checkpoint
-        and the curve of `curve` (`curve.png`)."""
+        restored (on resume), the logs (a population's of `members` members, see `Logger`),
+        checkpoints, progress bar (`total` steps, starting at `progress`, default `step`) and
+        Ctrl-C handled; at a normal end the final checkpoint and the curve of `curve`
+        (`curve.png`; None: the loop draws its own)."""
         if self._run_dir is None:
             self._run_dir = new_run_dir(self.config.runs_dir, self.config.name,
                                         env_id=self.config.env, algo=self.algo,
@@ -153,6 +155,7 @@ class RunSession:
                     track=config.track,
                     project=config.wandb_project,
                     config=config,
+                    members=members,
                 )
             )
             self._checkpointer = Checkpointer(self._run_dir, config.checkpoint_minutes)
@@ -168,7 +171,8 @@ class RunSession:
             self._start_step, self._start_time = self.step, time.perf_counter()
             yield self
             self.save()  # not on an exception: the last checkpoint stays the last good one
-        plot_curves(self._run_dir, tag=curve)
+        if curve is not None:
+            plot_curves(self._run_dir, tag=curve)
 
     def update(self, step: int, *, progress: int | None = None, shown: float | None = None) -> None:
         """After each iteration: the run is at `step`; the progress bar moves to `progress`

@@ -1,0 +1,114 @@
+"""The configs of `onebox pbt LEARNER`: each learner's own config plus `PopulationFields`.
+
+A population's config is its learner's (every flag of `onebox train LEARNER` means the same,
+`--total-steps` per member) with the population's settings added, so each member's trainer is
+built from it as a run of that learner would be. A learner runs as a population when its
+`Learner` declares `search` ranges and its trainer lives in this process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, Literal
+
+from onebox.algos import a2c, apex, appo, dqn, impala, ppo, pqn, r2d2, sac
+
+
+@dataclasses.dataclass
+class PopulationFields:
+    """Population-based training (Jaderberg et al. 2017): members of one learner trained at
+    once, the worst copying the best and perturbing their hyperparameters."""
+
+    LEARNER: ClassVar[str]
+    """The learner (`onebox train` name) the members run."""
+
+    population: int = 8
+    """Members trained at once in this process, each with its own envs, networks and optimizer
+    (at least 2); `--total-steps` is each member's."""
+    ready: int | None = None
+    """Env steps of each member between two exploit-and-explore rounds (default: a twentieth of
+    `--total-steps`)."""
+    selection: Literal["truncation", "tournament", "none"] = "truncation"
+    """Who copies whom: `truncation` (each of the bottom `--quantile` copies one of the top
+    `--quantile`), `tournament` (each member meets one other drawn at random and copies it if
+    it scores higher), `none` (nobody: independent members, a random search over the same
+    ranges)."""
+    quantile: float = 0.25
+    """With truncation: the share of members at the top that are copied and at the bottom that
+    copy (at least one member each, at most half)."""
+    resample_probability: float = 0.25
+    """Chance that a copy's hyperparameter is drawn afresh from its range instead of moved by a
+    `--perturb` factor."""
+    perturb: tuple[float, ...] = (0.8, 1.2)
+    """The factors a copy's hyperparameter is multiplied by, one drawn at random (a discount's
+    1 - x is, so its horizon moves by the factor)."""
+    objective_episodes: int = 10
+    """The objective members are ranked by: the mean return of each member's last this many
+    finished episodes since it last copied (a member with none yet sits a round out)."""
+    mutate: tuple[str, ...] = ()
+    """Hyperparameters drawn for each member and mutated: each NAME (at the learner's declared
+    range) or NAME=LOW:HIGH (default: every one the learner declares; an unknown name's error
+    lists them with their ranges)."""
+
+
+@dataclasses.dataclass
+class PPO(PopulationFields, ppo.Config):
+    """Population-based training of PPO."""
+
+    LEARNER = "ppo"
+
+
+@dataclasses.dataclass
+class A2C(PopulationFields, a2c.Config):
+    """Population-based training of A2C."""
+
+    LEARNER = "a2c"
+
+
+@dataclasses.dataclass
+class PQN(PopulationFields, pqn.Config):
+    """Population-based training of PQN."""
+
+    LEARNER = "pqn"
+
+
+@dataclasses.dataclass
+class DQN(PopulationFields, dqn.Config):
+    """Population-based training of DQN (each member its own replay buffer)."""
+
+    LEARNER = "dqn"
+
+
+@dataclasses.dataclass
+class SAC(PopulationFields, sac.Config):
+    """Population-based training of SAC (each member its own replay buffer)."""
+
+    LEARNER = "sac"
+
+
+@dataclasses.dataclass
+class IMPALA(PopulationFields, impala.Config):
+    """Population-based training of IMPALA (each member its own actor threads)."""
+
+    LEARNER = "impala"
+
+
+@dataclasses.dataclass
+class APPO(PopulationFields, appo.Config):
+    """Population-based training of APPO (each member its own actor threads)."""
+
+    LEARNER = "appo"
+
+
+@dataclasses.dataclass
+class ApeX(PopulationFields, apex.Config):
+    """Population-based training of Ape-X (each member its own actor threads and replay)."""
+
+    LEARNER = "apex"
+
+
+@dataclasses.dataclass
+class R2D2(PopulationFields, r2d2.Config):
+    """Population-based training of R2D2 (each member its own actor threads and replay)."""
+
+    LEARNER = "r2d2"

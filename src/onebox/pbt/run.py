@@ -1,0 +1,315 @@
+"""`onebox pbt LEARNER`: a population of one learner's trainers as one run.
+
+    onebox pbt ppo --env MinAtar/Breakout-v1 --population 8 --total-steps 1000000
+    onebox pbt --resume RUN
+    onebox eval RUN [--member i]
+
+The run's folder holds config.json (the learner's config and the population's settings),
+`metrics.csv` in long format with a member column (each member's episodes and stats, the
+population's own rows with an empty member), one TensorBoard folder per member
+(`members/<i>`), `lineage.json` (every member's hyperparameters at its start and at each copy,
+with its parent, their scores and the parent's state hash), the plots of `onebox.pbt.plots`,
+and one checkpoint of the whole population (each member's trainer state, the population's
+generator, windows and lineage) from which a resumed run continues the same lineage.
+
+The members share this process and its device; each steps its own env pools in turn. What a
+member does in a step, how its schedules, seeds and logs go, is the driver's
+(`onebox.algos.driver`), so a member is exactly a run of its learner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+import onebox.envs
+from onebox import registry, run
+from onebox.algos import driver
+from onebox.algos.common import parse_env_options
+from onebox.algos.trainer import EnvSeeds, Trainer
+from onebox.envs.base import time_limit
+from onebox.pbt.configs import PopulationFields
+from onebox.pbt.explore import Explore, check_quantile, mutation_space
+from onebox.pbt.plots import LINEAGE_FILE, plot_population
+from onebox.pbt.population import Population
+from onebox.run.config import unresolved
+
+CHECKPOINT_KEYS = ("learner", "members", "population", "env_seeds")
+READY_SHARE = 20
+"""The default `--ready`: a twentieth of `--total-steps`."""
+
+
+def learner_module(config: PopulationFields) -> ModuleType:
+    """The module of the learner the members run."""
+    return importlib.import_module(registry.LEARNERS[config.LEARNER].config.partition(":")[0])
+
+
+def resolve(config: Any) -> Any:
+    """The learner's resolve, then the population's own checks (ValueError: nothing written)."""
+    config = learner_module(config).resolve(config)
+    if isinstance(config.population, bool) or config.population < 2:
+        raise ValueError(f"--population must be at least 2 members, got {config.population}")
+    if config.ready is None:
+        config = dataclasses.replace(config, ready=max(1, config.total_steps // READY_SHARE))
+    if config.ready <= 0:
+        raise ValueError(f"--ready must be a positive number of env steps, got {config.ready}")
+    if config.ready >= config.total_steps and config.selection != "none":
+        raise ValueError(
+            f"--ready {config.ready} is not below --total-steps {config.total_steps}: no member "
+            "would ever copy another (for independent members say --selection none)"
+        )
+    check_quantile(config.quantile)
+    Explore(config.resample_probability, tuple(config.perturb))
+    if config.objective_episodes < 1:
+        raise ValueError(
+            f"--objective-episodes must be at least 1, got {config.objective_episodes}"
+        )
+    apart = [flag for flag, on in (("--process-actors", getattr(config, "process_actors", False)),
+                                   ("--ray", getattr(config, "ray", None) is not None),
+                                   ("--server-process", getattr(config, "server_process", False)))
+             if on]  # fmt: skip
+    if apart:
+        raise ValueError(
+            f"a population's members share this process: drop {', '.join(apart)} (their "
+            "actors run as threads)"
+        )
+    return config
+
+
+def member_config(config: Any, member: int) -> Any:
+    """Member `member`'s config: the run's with its own seed (network initialization,
+    exploration); its envs' seeds come from the run's one `EnvSeeds`."""
+    return dataclasses.replace(config, seed=config.seed + member)
+
+
+def check_ready(config: Any, trainer: Trainer) -> None:
+    """Raise ValueError when `--ready` gives each of a member's envs fewer steps than an episode
+    of the env can last (its time limit): rounds would rank members on no finished episode."""
+    with onebox.envs.make(config.env, 1, num_threads=1, seed=config.seed,
+                          **parse_env_options(config.env_options)) as probe:  # fmt: skip
+        limit = time_limit(probe.spec)
+    if limit is not None and config.ready // trainer.num_envs < limit:
+        raise ValueError(
+            f"--ready {config.ready} gives each of a member's {trainer.num_envs} envs "
+            f"{config.ready // trainer.num_envs} steps between two rounds, fewer than an episode "
+            f"of {config.env} can last ({limit}): raise --ready to at least "
+            f"{trainer.num_envs * limit}"
+        )
+
+
+def train(config: Any, resume: Path | None = None) -> Path:
+    """Train a population (or, with `resume`, continue the one in that folder, `config` then
+    its stored one); return the run folder. Bad input raises ValueError before anything is
+    written."""
+    name = config.LEARNER
+    module = learner_module(config)
+    session = run.RunSession.open(config, resume, f"{name}-pbt", resolve, keys=CHECKPOINT_KEYS)
+    config, state = session.config, session.checkpoint
+    holes = unresolved(config)
+    if holes:
+        raise RuntimeError(f"{name}'s resolve left {', '.join(holes)} unset")
+    if state is not None:
+        driver.check_learner(state, name, session.run_dir)
+    seeds = EnvSeeds(config.seed, int(state["env_seeds"]) if state is not None else 0)
+    members: list[Trainer] = []
+    try:
+        for i in range(config.population):
+            members.append(driver.make_trainer(module, member_config(config, i), seeds))
+        learner = members[0].learner
+        space = mutation_space(name, learner.search, learner.tunable, members[0].hp.names,
+                               [f.name for f in dataclasses.fields(config)], config.mutate)  # fmt: skip
+        check_ready(config, members[0])
+        population = Population(members, space, np.random.default_rng(config.seed),
+                                ready=config.ready, selection=config.selection,
+                                quantile=config.quantile,
+                                explore=Explore(config.resample_probability,
+                                                tuple(config.perturb)),
+                                episodes=config.objective_episodes)  # fmt: skip
+        refilled = []
+        if state is None:
+            population.draw()
+        else:
+            for i, (member, saved) in enumerate(zip(members, state["members"], strict=True)):
+                member.load_state_dict(saved)
+                if member.replay is not None and not driver.load_replay(
+                    config, replay_path(session.run_dir, i), member.replay
+                ):
+                    refilled.append(f"member {i}: {member.refill()}")
+            population.load_state_dict(state["population"])
+
+        def checkpoint() -> dict[str, Any]:
+            for i, member in enumerate(members):
+                if member.replay is not None and config.save_replay:
+                    member.replay.save(replay_path(session.run_dir, i))
+            write_lineage(session.run_dir, population)
+            return {"learner": name, "members": [m.state_dict() for m in members],
+                    "population": population.state_dict(), "env_seeds": seeds.used}  # fmt: skip
+
+        total = members[0].total_steps
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(session.start(checkpoint, total=total, curve=None,
+                                              members=config.population))  # fmt: skip
+            for member in members:
+                stack.enter_context(member)
+            for note in [*members[0].notes(), *population_notes(config, population), *refilled]:
+                session.logger.note(population.step, note)
+            write_lineage(session.run_dir, population)
+            _loop(session, config, population)
+    finally:
+        for member in members:
+            member.close()
+    plot_population(session.run_dir, population.best())
+    return session.run_dir
+
+
+def population_notes(config: Any, population: Population) -> list[str]:
+    """What the run's log says of the population at its start."""
+    space = ", ".join(f"{n} {r.low:g}:{r.high:g} ({r.scale})" for n, r in population.space.items())
+    how = {"truncation": f"the bottom {config.quantile:g} copy the top {config.quantile:g}",
+           "tournament": "each member meets one other at random and copies it if it scores higher",
+           "none": "no copies (independent members)"}[config.selection]  # fmt: skip
+    return [
+        f"population of {config.population} {config.LEARNER} members in this process; every "
+        f"{config.ready:,} env steps per member: {how}, ranked by the mean return of each "
+        f"member's last {config.objective_episodes} episodes; mutating {space}"
+    ]
+
+
+def _loop(session: run.RunSession, config: Any, population: Population) -> None:
+    """Step every member in turn until all are done or the run is stopped; a round of
+    exploit and explore whenever every member has passed the next ready point."""
+    members = population.members
+    cadences = [driver.Cadence(config.log_every) for _ in members]
+    stats: list[dict[str, float]] = [{} for _ in members]
+    while not population.done and not session.stopping:
+        for i, member in enumerate(members):
+            if member.done or session.stopping:
+                continue
+            before = member.global_step
+            result = driver.advance(member)
+            stats[i] = result.stats or stats[i]
+            step = member.global_step
+            population.record(i, result.returns)
+            if result.returns:
+                session.logger.episodes(step, result.returns, result.lengths, member=i)
+            if stats[i] and cadences[i].due(before, step, member.done or session.stopping):
+                session.logger.scalars(step, {**driver.charts(member, stats[i]),
+                                              **hyperparams(member), **member_rates(member)},
+                                       member=i)  # fmt: skip
+        if population.due():
+            _round(session, population)
+        step = population.step
+        best = population.score(population.best())
+        session.update(step, shown=best)
+    for i, member in enumerate(members):
+        last = member.finish()
+        if last.returns:
+            session.logger.episodes(member.global_step, last.returns, last.lengths, member=i)
+        population.record(i, last.returns)
+    best = population.score(population.best())
+    session.log(population.step, {"pbt/best_objective": float("nan") if best is None else best,
+                                  **population_rates(session, population)})  # fmt: skip
+    session.step = population.step
+
+
+def _round(session: run.RunSession, population: Population) -> None:
+    """One exploit-and-explore round, logged: each copy in the log, every member's objective
+    and (new) hyperparameters as scalars, the lineage file rewritten."""
+    step = population.step
+    scores = population.scores()
+    chosen = population.exploit_and_explore()
+    copies = ", ".join(f"{child} <- {parent}" for child, parent in chosen) or "none"
+    session.logger.note(step, f"round {population.rounds}: objectives "
+                        + ", ".join("-" if s is None else f"{s:.2f}" for s in scores)
+                        + f"; copies (child <- parent): {copies}")  # fmt: skip
+    for i, member in enumerate(population.members):
+        score = scores[i]
+        session.logger.scalars(step, {**hyperparams(member),
+                                      **({} if score is None else {"pbt/objective": score})},
+                               member=i)  # fmt: skip
+    session.log(step, {"pbt/copies": len(chosen), **population_rates(session, population)})
+    write_lineage(session.run_dir, population)
+
+
+def population_rates(session: run.RunSession, population: Population) -> dict[str, float]:
+    """`charts/SPS`: env steps per second of all members together since this process began."""
+    per_member = session.rates(population.step)["charts/SPS"]
+    return {"charts/SPS": per_member * len(population.members)}
+
+
+def hyperparams(member: Trainer) -> dict[str, float]:
+    """A member's hyperparameters' base values as scalars (`hyperparams/<name>`)."""
+    return {f"hyperparams/{name}": value for name, value in member.hp.base().items()}
+
+
+def member_rates(member: Trainer) -> dict[str, float]:
+    """The shares of a member's wall time (`time/...`) as its trainer's timer splits it."""
+    return {f"time/{k}": v for k, v in member.timer.fractions().items()}
+
+
+def replay_path(run_dir: Path, member: int) -> Path:
+    """Where `--save-replay` keeps member `member`'s replay table beside the checkpoint."""
+    return Path(run_dir) / f"replay-{member}.npz"
+
+
+def write_lineage(run_dir: Path, population: Population) -> Path:
+    """Write `lineage.json` (atomically): the mutated ranges and every lineage event."""
+    path = Path(run_dir) / LINEAGE_FILE
+    data = {"space": {n: [r.low, r.high, r.scale] for n, r in population.space.items()},
+            "members": len(population.members), "ready": population.ready,
+            "events": population.lineage}  # fmt: skip
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def best_member(state: dict[str, Any]) -> int:
+    """The member a checkpoint ranks first: the highest mean return of its window (member 0
+    when none has finished an episode)."""
+    windows = state["population"]["windows"]
+    scores = [float(np.mean(w)) if len(w) else -np.inf for w in windows]
+    return int(np.argmax(scores))
+
+
+def load_policy(run_dir: Path, config: Any, member: int | None = None, device: str = "cpu") -> Any:
+    """The greedy policy of a population's member (default: the best by its objective at the
+    last checkpoint), as `onebox eval` plays it."""
+    state = run.load_checkpoint(run_dir, keys=CHECKPOINT_KEYS)
+    driver.check_learner(state, config.LEARNER, run_dir)
+    n = len(state["members"])
+    if member is None:
+        member = best_member(state)
+    elif not 0 <= member < n:
+        raise ValueError(f"--member {member}: this population has members 0 to {n - 1}")
+    return driver.greedy(learner_module(config), member_config(config, member),
+                         state["members"][member]["learner"], device)  # fmt: skip
+
+
+def start(config: Any) -> int:
+    """`onebox pbt LEARNER`: train a population; print where it went."""
+    print(f"run folder: {train(config)}")
+    return 0
+
+
+def resume(config: Any) -> int:
+    """`onebox pbt --resume RUN`: continue a population from its last checkpoint."""
+    run_dir = Path(config.resume)
+    group, name = registry.command_of(run_dir)
+    if group != "pbt":
+        raise ValueError(
+            f"{run_dir} is a run of `onebox {group} {name}`; continue it with "
+            f"`onebox {group} --resume {run_dir}`"
+        )
+    if config.ray is not None or config.hosts is not None:
+        raise ValueError("a population runs in one process: --ray and --hosts do not apply")
+    print(f"run folder: {train(run.load_config(run_dir), resume=run_dir)}")
+    return 0
