@@ -261,8 +261,10 @@ def lineage(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def test_a_run_is_a_product_and_its_lineage_repeats_from_its_seed(tmp_path: Path, capsys) -> None:
-    a, b = pbt(tmp_path, "a"), pbt(tmp_path, "b")
+    a, b = pbt(tmp_path, "a", "--workers", "1"), pbt(tmp_path, "b", "--workers", "1")
     assert lineage(a) == lineage(b)  # the same decisions, hyperparameters and parents
+    c = pbt(tmp_path, "c", "--workers", "2")  # two members at once: a different interleaving
+    assert len(lineage(c)) == len(lineage(a)) and lineage(c)[:3] == lineage(a)[:3]
     events = lineage(a)
     assert [e["member"] for e in events[:3]] == [0, 1, 2] and events[3]["parent"] is not None
     for name in ("config.json", "checkpoint.pt", "metrics.csv", "hyperparams.png", "curve.png",
@@ -315,6 +317,7 @@ def test_a_resumed_population_continues_its_lineage(tmp_path: Path) -> None:
         (["--ready", "5120"], "no member would ever copy another"),
         (["--quantile", "0.6"], "--quantile must be in (0, 0.5]"),
         (["--perturb", "1.0"], "never move"),
+        (["--workers", "4"], "--workers must be from 1 to --population (3)"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(

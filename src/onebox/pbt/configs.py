@@ -45,6 +45,12 @@ class PopulationFields:
     objective_episodes: int = 10
     """The objective members are ranked by: the mean return of each member's last this many
     finished episodes since it last copied (a member with none yet sits a round out)."""
+    workers: int | None = None
+    """Threads that step the members, each its share of them, all at once: a small network's
+    learner keeps about one core busy, a population as many as it has workers (default: the
+    physical cores, at most the population). With more than 1 the members' draws interleave on
+    torch's one generator, so only `--workers 1` repeats a run's lineage exactly from its
+    seed."""
     mutate: tuple[str, ...] = ()
     """Hyperparameters drawn for each member and mutated: each NAME (at the learner's declared
     range) or NAME=LOW:HIGH (default: every one the learner declares; an unknown name's error

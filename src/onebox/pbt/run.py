@@ -19,6 +19,7 @@ member does in a step, how its schedules, seeds and logs go, is the driver's
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import importlib
@@ -68,6 +69,13 @@ def resolve(config: Any) -> Any:
         )
     check_quantile(config.quantile)
     Explore(config.resample_probability, tuple(config.perturb))
+    if config.workers is None:
+        workers = min(config.population, onebox.envs.physical_cores())
+        config = dataclasses.replace(config, workers=workers)
+    if not 1 <= config.workers <= config.population:
+        raise ValueError(
+            f"--workers must be from 1 to --population ({config.population}), got {config.workers}"
+        )
     if config.objective_episodes < 1:
         raise ValueError(
             f"--objective-episodes must be at least 1, got {config.objective_episodes}"
@@ -177,38 +185,80 @@ def population_notes(config: Any, population: Population) -> list[str]:
            "tournament": "each member meets one other at random and copies it if it scores higher",
            "none": "no copies (independent members)"}[config.selection]  # fmt: skip
     return [
-        f"population of {config.population} {config.LEARNER} members in this process; every "
+        f"population of {config.population} {config.LEARNER} members in this process, stepped "
+        f"by {config.workers} thread{'s' if config.workers > 1 else ''}; every "
         f"{config.ready:,} env steps per member: {how}, ranked by the mean return of each "
         f"member's last {config.objective_episodes} episodes; mutating {space}"
     ]
 
 
-def _loop(session: run.RunSession, config: Any, population: Population) -> None:
-    """Step every member in turn until all are done or the run is stopped; a round of
-    exploit and explore whenever every member has passed the next ready point."""
-    members = population.members
-    cadences = [driver.Cadence(config.log_every) for _ in members]
-    stats: list[dict[str, float]] = [{} for _ in members]
-    while not population.done and not session.stopping:
-        for i, member in enumerate(members):
-            if member.done or session.stopping:
-                continue
+@dataclasses.dataclass
+class Logged:
+    """What one member step left to log (the main thread writes it): its finished episodes and,
+    when the cadence said so, its scalars."""
+
+    step: int
+    returns: list[float]
+    lengths: list[int]
+    scalars: dict[str, float] | None
+
+
+class Stepper:
+    """Steps members up to a target step, on whatever thread calls it: each step through the
+    driver (`driver.advance`), its stats logged at the driver's cadence, the scalars taken at
+    once (a trainer's charts are "since the last call")."""
+
+    def __init__(self, config: Any, population: Population, session: run.RunSession) -> None:
+        self.population, self.session = population, session
+        self.cadences = [driver.Cadence(config.log_every) for _ in population.members]
+        self.stats: list[dict[str, float]] = [{} for _ in population.members]
+
+    def __call__(self, i: int, until: int) -> list[Logged]:
+        member, out = self.population.members[i], []
+        while member.global_step < until and not member.done and not self.session.stopping:
             before = member.global_step
             result = driver.advance(member)
-            stats[i] = result.stats or stats[i]
-            step = member.global_step
-            population.record(i, result.returns)
-            if result.returns:
-                session.logger.episodes(step, result.returns, result.lengths, member=i)
-            if stats[i] and cadences[i].due(before, step, member.done or session.stopping):
-                session.logger.scalars(step, {**driver.charts(member, stats[i]),
-                                              **hyperparams(member), **member_rates(member)},
-                                       member=i)  # fmt: skip
-        if population.due():
-            _round(session, population)
-        step = population.step
-        best = population.score(population.best())
-        session.update(step, shown=best)
+            self.stats[i] = result.stats or self.stats[i]
+            step, scalars = member.global_step, None
+            last = member.done or self.session.stopping
+            if self.stats[i] and self.cadences[i].due(before, step, last):
+                scalars = {**driver.charts(member, self.stats[i]), **hyperparams(member),
+                           **member_rates(member)}  # fmt: skip
+            out.append(Logged(step, result.returns, result.lengths, scalars))
+        return out
+
+
+CHUNKS = 4
+"""A ready interval is stepped in this many chunks: the progress bar, checkpoints and Ctrl-C
+come between two."""
+
+
+def _loop(session: run.RunSession, config: Any, population: Population) -> None:
+    """Step the members, `--workers` threads at once, a chunk of a ready interval at a time,
+    until all are done or the run is stopped; a round of exploit and explore whenever every
+    member has passed the next ready point."""
+    members, stepper = population.members, Stepper(config, population, session)
+    groups = [list(range(w, len(members), config.workers)) for w in range(config.workers)]
+
+    def run_group(group: list[int], until: int) -> list[tuple[int, list[Logged]]]:
+        return [(i, stepper(i, until)) for i in group]
+
+    with concurrent.futures.ThreadPoolExecutor(config.workers, "pbt-worker") as pool:
+        while not population.done and not session.stopping:
+            ready = (population.rounds + 1) * population.ready
+            until = min(ready, population.step + max(1, population.ready // CHUNKS))
+            for future in [pool.submit(run_group, g, until) for g in groups]:
+                for i, logged in future.result():
+                    for item in logged:
+                        population.record(i, item.returns)
+                        if item.returns:
+                            session.logger.episodes(item.step, item.returns, item.lengths,
+                                                    member=i)  # fmt: skip
+                        if item.scalars is not None:
+                            session.logger.scalars(item.step, item.scalars, member=i)
+            if population.due():
+                _round(session, population)
+            session.update(population.step, shown=population.score(population.best()))
     for i, member in enumerate(members):
         last = member.finish()
         if last.returns:
