@@ -11,6 +11,7 @@ signal is still reported). Not yet explained."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from pathlib import Path
@@ -242,3 +243,46 @@ def test_learner_killed_resumes_on_another_number_of_hosts(cluster, tmp_path: Pa
     assert run.load_checkpoint(run_dir)["global_step"] == 24_000
     after = [s for s, _ in metric(run_dir, "hosts/0/unrolls_sent") if s > saved]
     assert after and not [s for s, _ in metric(run_dir, "hosts/1/unrolls_sent") if s > saved]
+
+
+def test_pbt_on_ray_tune_survives_a_removed_node(cluster: Cluster, tmp_path: Path) -> None:
+    """Four PPO members as Ray Tune trials under Tune's PBT: a worker node goes mid-run, its
+    members restart from their checkpoints on the other, and the run finishes with every
+    member's steps, its lineage (each child loaded exactly a state its parent saved), metrics
+    and a population checkpoint that `onebox eval` plays."""
+    run_dir, tune_dir = tmp_path / "pbt", tmp_path / "pbt" / "tune"
+    victim = cluster.list_all_nodes()[1]
+    removed = threading.Event()
+
+    def remove_when_every_member_reported() -> None:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if all((tune_dir / f"member-{i}.jsonl").exists() for i in range(4)):
+                break
+            time.sleep(0.2)
+        cluster.remove_node(victim)
+        removed.set()
+
+    remover = threading.Thread(target=remove_when_every_member_reported, daemon=True)
+    remover.start()
+    try:
+        argv = ["pbt", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "64",
+                "--population", "4", "--ready", "1024", "--total-steps", "10240",
+                "--runs-dir", str(tmp_path), "--name", "pbt", "--ray", cluster.address]  # fmt: skip
+        assert cli.main(argv) == 0
+    finally:
+        remover.join()
+        cluster.add_node(num_cpus=2, object_store_memory=STORE)  # the fixture's shape again
+    assert removed.is_set()
+    state = run.load_checkpoint(run_dir)
+    assert [m["global_step"] for m in state["members"]] == [10240] * 4
+    assert metric(run_dir, "pbt/restarts")[-1][1] >= 1  # the lost node's members restarted
+    saved = {}  # each member's reported states: what its checkpoints hold
+    for i in range(4):
+        rows = (tune_dir / f"member-{i}.jsonl").read_text().splitlines()
+        saved[i] = {json.loads(row)["state_hash"] for row in rows}
+    events = json.loads((run_dir / "lineage.json").read_text())["events"]
+    copies = [e for e in events if e["parent"] is not None]
+    assert copies and all(e["parent"] != e["member"] for e in copies)
+    assert all(e["parent_hash"] in saved[e["parent"]] for e in copies)
+    assert cli.main(["eval", str(run_dir), "--episodes", "1"]) == 0

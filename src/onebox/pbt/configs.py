@@ -21,6 +21,7 @@ class PopulationFields:
 
     LEARNER: ClassVar[str]
     """The learner (`onebox train` name) the members run."""
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"ray"})
 
     population: int = 8
     """Members trained at once in this process, each with its own envs, networks and optimizer
@@ -52,6 +53,14 @@ class PopulationFields:
     torch's one generator, so only `--workers 1` repeats a run's lineage exactly from its
     seed."""
     mutate: tuple[str, ...] = ()
+    ray: str | None = None
+    """Run the members as Ray Tune trials under Tune's PopulationBasedTraining on the Ray
+    cluster at this address (HOST:PORT, or `auto`), each trial one member with its envs and
+    actors in its own process (a learner's own `--ray`, for actors, does not apply here); the
+    run folder must be on storage every node reaches. Needs `pip install "onebox[ray]"`."""
+    ray_restarts: int = 3
+    """With `--ray`: how often a member may restart from its last checkpoint (its node lost)
+    before the run fails."""
     """Hyperparameters drawn for each member and mutated: each NAME (at the learner's declared
     range) or NAME=LOW:HIGH (default: every one the learner declares; an unknown name's error
     lists them with their ranges)."""

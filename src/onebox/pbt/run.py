@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import math
 import os
 from pathlib import Path
 from types import ModuleType
@@ -35,10 +36,10 @@ import onebox.envs
 from onebox import registry, run
 from onebox.algos import driver
 from onebox.algos.common import parse_env_options
-from onebox.algos.trainer import EnvSeeds, Trainer
+from onebox.algos.trainer import EnvSeeds, Range, Trainer
 from onebox.envs.base import time_limit
 from onebox.pbt.configs import PopulationFields
-from onebox.pbt.explore import Explore, check_quantile, mutation_space
+from onebox.pbt.explore import Explore, check_quantile, draw, mutation_space
 from onebox.pbt.plots import LINEAGE_FILE, plot_population
 from onebox.pbt.population import Population
 from onebox.run.config import unresolved
@@ -81,21 +82,23 @@ def resolve(config: Any) -> Any:
             f"--objective-episodes must be at least 1, got {config.objective_episodes}"
         )
     apart = [flag for flag, on in (("--process-actors", getattr(config, "process_actors", False)),
-                                   ("--ray", getattr(config, "ray", None) is not None),
                                    ("--server-process", getattr(config, "server_process", False)))
              if on]  # fmt: skip
     if apart:
         raise ValueError(
-            f"a population's members share this process: drop {', '.join(apart)} (their "
+            f"a population's members share their process: drop {', '.join(apart)} (their "
             "actors run as threads)"
         )
+    if config.ray_restarts < 0:
+        raise ValueError(f"--ray-restarts must be >= 0, got {config.ray_restarts}")
     return config
 
 
 def member_config(config: Any, member: int) -> Any:
     """Member `member`'s config: the run's with its own seed (network initialization,
-    exploration); its envs' seeds come from the run's one `EnvSeeds`."""
-    return dataclasses.replace(config, seed=config.seed + member)
+    exploration) and, for a learner with actors, its actors in its own process; its envs' seeds
+    come from the run's one `EnvSeeds`."""
+    return dataclasses.replace(config, seed=config.seed + member, ray=None)
 
 
 def check_ready(config: Any, trainer: Trainer) -> None:
@@ -126,15 +129,19 @@ def train(config: Any, resume: Path | None = None) -> Path:
         raise RuntimeError(f"{name}'s resolve left {', '.join(holes)} unset")
     if state is not None:
         driver.check_learner(state, name, session.run_dir)
+    if config.ray is not None:
+        if state is not None:
+            raise ValueError(
+                f"{session.run_dir} ran on Ray, where Tune restarts a lost member from its own "
+                "checkpoint while the run goes on; a run whose driver stopped starts anew"
+            )
+        return _train_on_ray(session, config, module)
     seeds = EnvSeeds(config.seed, int(state["env_seeds"]) if state is not None else 0)
     members: list[Trainer] = []
     try:
         for i in range(config.population):
             members.append(driver.make_trainer(module, member_config(config, i), seeds))
-        learner = members[0].learner
-        space = mutation_space(name, learner.search, learner.tunable, members[0].hp.names,
-                               [f.name for f in dataclasses.fields(config)], config.mutate)  # fmt: skip
-        check_ready(config, members[0])
+        space = checked_space(config, members[0])
         population = Population(members, space, np.random.default_rng(config.seed),
                                 ready=config.ready, selection=config.selection,
                                 quantile=config.quantile,
@@ -157,7 +164,7 @@ def train(config: Any, resume: Path | None = None) -> Path:
             for i, member in enumerate(members):
                 if member.replay is not None and config.save_replay:
                     member.replay.save(replay_path(session.run_dir, i))
-            write_lineage(session.run_dir, population)
+            write_population_lineage(session.run_dir, population)
             return {"learner": name, "members": [m.state_dict() for m in members],
                     "population": population.state_dict(), "env_seeds": seeds.used}  # fmt: skip
 
@@ -167,9 +174,9 @@ def train(config: Any, resume: Path | None = None) -> Path:
                                               members=config.population))  # fmt: skip
             for member in members:
                 stack.enter_context(member)
-            for note in [*members[0].notes(), *population_notes(config, population), *refilled]:
+            for note in [*members[0].notes(), population_note(config, space), *refilled]:
                 session.logger.note(population.step, note)
-            write_lineage(session.run_dir, population)
+            write_population_lineage(session.run_dir, population)
             _loop(session, config, population)
     finally:
         for member in members:
@@ -178,18 +185,30 @@ def train(config: Any, resume: Path | None = None) -> Path:
     return session.run_dir
 
 
-def population_notes(config: Any, population: Population) -> list[str]:
+def checked_space(config: Any, trainer: Trainer) -> dict[str, Range]:
+    """The mutated hyperparameters' ranges (`--mutate`), and `--ready` checked against the env,
+    from one member's `trainer`; ValueError on bad input."""
+    learner = trainer.learner
+    space = mutation_space(config.LEARNER, learner.search, learner.tunable, trainer.hp.names,
+                           [f.name for f in dataclasses.fields(config)], config.mutate)  # fmt: skip
+    check_ready(config, trainer)
+    return space
+
+
+def population_note(config: Any, space: dict[str, Range]) -> str:
     """What the run's log says of the population at its start."""
-    space = ", ".join(f"{n} {r.low:g}:{r.high:g} ({r.scale})" for n, r in population.space.items())
+    ranges = ", ".join(f"{n} {r.low:g}:{r.high:g} ({r.scale})" for n, r in space.items())
     how = {"truncation": f"the bottom {config.quantile:g} copy the top {config.quantile:g}",
            "tournament": "each member meets one other at random and copies it if it scores higher",
            "none": "no copies (independent members)"}[config.selection]  # fmt: skip
-    return [
-        f"population of {config.population} {config.LEARNER} members in this process, stepped "
-        f"by {config.workers} thread{'s' if config.workers > 1 else ''}; every "
+    where = (f"as Ray Tune trials on {config.ray}" if config.ray is not None else
+             f"in this process, stepped by {config.workers} thread"
+             + ("s" if config.workers > 1 else ""))  # fmt: skip
+    return (
+        f"population of {config.population} {config.LEARNER} members {where}; every "
         f"{config.ready:,} env steps per member: {how}, ranked by the mean return of each "
-        f"member's last {config.objective_episodes} episodes; mutating {space}"
-    ]
+        f"member's last {config.objective_episodes} episodes; mutating {ranges}"
+    )
 
 
 @dataclasses.dataclass
@@ -286,7 +305,64 @@ def _round(session: run.RunSession, population: Population) -> None:
                                       **({} if score is None else {"pbt/objective": score})},
                                member=i)  # fmt: skip
     session.log(step, {"pbt/copies": len(chosen), **population_rates(session, population)})
-    write_lineage(session.run_dir, population)
+    write_population_lineage(session.run_dir, population)
+
+
+def _train_on_ray(session: run.RunSession, config: Any, module: ModuleType) -> Path:
+    """The population as Ray Tune trials (`onebox.cluster.pbt_tune`); the run folder then
+    gets what a population in one process writes."""
+    from onebox import cluster
+    from onebox.cluster import pbt_tune
+
+    probe = driver.make_trainer(module, member_config(config, 0), EnvSeeds(config.seed))
+    try:
+        space = checked_space(config, probe)
+    finally:
+        probe.close()
+    rng = np.random.default_rng(config.seed)
+    draws = [draw(space, rng) for _ in range(config.population)]  # as `Population.draw`
+    connected = cluster.connect(config.ray)  # a bad address raises here: nothing written
+    saved: dict[str, Any] = {}
+    try:
+        with session.start(lambda: saved, total=config.total_steps, curve=None,
+                           members=config.population):  # fmt: skip
+            session.logger.note(0, population_note(config, space))
+            records = pbt_tune.train(config, session.run_dir, space, draws)
+            events = pbt_tune.lineage(records, draws)
+            write_lineage(session.run_dir, space, config.population, config.ready, events)
+            for i, record in enumerate(records):
+                log_trial(session, i, record["rows"])
+            saved.update(learner=config.LEARNER, env_seeds=0,
+                         members=[r["state"]["trainer"] for r in records],
+                         population={"rng": rng.bit_generator.state,
+                                     "windows": [r["state"]["window"] for r in records],
+                                     "rounds": config.total_steps // config.ready,
+                                     "lineage": events})  # fmt: skip
+            step = min(int(s["global_step"]) for s in saved["members"])
+            session.update(step)
+            session.log(step, {"pbt/restarts": sum(r["restarts"] for r in records)})
+    finally:
+        cluster.disconnect(connected)
+    plot_population(session.run_dir, best_member(saved))
+    return session.run_dir
+
+
+def log_trial(session: run.RunSession, member: int, rows: list[dict[str, Any]]) -> None:
+    """A Tune trial's reported steps as a member's rows of `metrics.csv` (a step redone after a
+    restart is logged once)."""
+    logged = -1
+    for row in rows:
+        step = int(row["env_steps"])
+        if step <= logged:
+            continue
+        logged = step
+        if row["episode_returns"]:
+            session.logger.episodes(step, row["episode_returns"], row["episode_lengths"],
+                                    member=member)  # fmt: skip
+        scalars = {f"hyperparams/{k}": v for k, v in row["hyperparams"].items()}
+        if math.isfinite(row["objective"]):
+            scalars["pbt/objective"] = row["objective"]
+        session.logger.scalars(step, scalars, member=member)
 
 
 def population_rates(session: run.RunSession, population: Population) -> dict[str, float]:
@@ -310,12 +386,18 @@ def replay_path(run_dir: Path, member: int) -> Path:
     return Path(run_dir) / f"replay-{member}.npz"
 
 
-def write_lineage(run_dir: Path, population: Population) -> Path:
+def write_population_lineage(run_dir: Path, population: Population) -> Path:
+    """Write the population's `lineage.json`."""
+    return write_lineage(run_dir, population.space, len(population.members), population.ready,
+                         population.lineage)  # fmt: skip
+
+
+def write_lineage(run_dir: Path, space: dict[str, Range], members: int, ready: int,
+                  events: list[dict[str, Any]]) -> Path:  # fmt: skip
     """Write `lineage.json` (atomically): the mutated ranges and every lineage event."""
     path = Path(run_dir) / LINEAGE_FILE
-    data = {"space": {n: [r.low, r.high, r.scale] for n, r in population.space.items()},
-            "members": len(population.members), "ready": population.ready,
-            "events": population.lineage}  # fmt: skip
+    data = {"space": {n: [r.low, r.high, r.scale] for n, r in space.items()},
+            "members": members, "ready": ready, "events": events}  # fmt: skip
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, path)
