@@ -163,7 +163,7 @@ def test_every_population_learner_declares_ranges_among_its_tunables() -> None:
     which tests/test_trainers.py sets and sees reach the next update)."""
     for name, entry in registry.POPULATIONS.items():
         config = cli._load(entry.config)()
-        learner = pbt_run.learner_module(config).Trainer.make_learner
+        learner = configs.learner_module(config).Trainer.make_learner
         assert learner.search and set(learner.search) <= set(learner.tunable), name
         for hp, r in learner.search.items():
             r.check(hp, learner.tunable[hp])
@@ -179,8 +179,8 @@ SMALL = dict(env="CartPole-v1", num_envs=2, num_steps=64, torch_threads=1, num_t
 
 def population(config: Any, selection: str = "truncation") -> Population:
     config = pbt_run.resolve(dataclasses.replace(config, selection=selection))
-    module, seeds = pbt_run.learner_module(config), EnvSeeds(config.seed)
-    members = [driver.make_trainer(module, pbt_run.member_config(config, i), seeds)
+    module, seeds = configs.learner_module(config), EnvSeeds(config.seed)
+    members = [driver.make_trainer(module, configs.member_config(config, i), seeds)
                for i in range(config.population)]  # fmt: skip
     learner = members[0].learner
     fields = [f.name for f in dataclasses.fields(config)]

@@ -39,6 +39,7 @@ import torch
 
 from onebox.algos import driver
 from onebox.algos.trainer import EnvSeeds, Range, Trainer
+from onebox.pbt.configs import learner_module, member_config
 from onebox.pbt.population import state_hash
 from onebox.run.checkpoint import plain
 
@@ -70,10 +71,8 @@ class Member:
     iteration: int
 
     def setup(self, config: dict[str, Any]) -> None:
-        from onebox.pbt import run as pbt_run
-
         self.config, self.pbt = config, config["pbt"]
-        self.module = pbt_run.learner_module(self.pbt)
+        self.module = learner_module(self.pbt)
         self.index = member_index(self.trial_id)
         self.trainer: Trainer | None = None
         self.serving = -1  # the member whose state the trainer holds
@@ -87,8 +86,6 @@ class Member:
         """The trainer of this trial's member: built in a fresh process or for a trial that
         starts on another's process, the checkpoint Tune restored loaded, and the trial's
         hyperparameters set."""
-        from onebox.pbt.run import member_config
-
         state, self.pending = self.pending, None
         if self.trainer is None or (state is None and self.serving != self.index):
             self.cleanup()

@@ -9,8 +9,11 @@ built from it as a run of that learner would be. A learner runs as a population 
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Literal
+import importlib
+from types import ModuleType
+from typing import Any, ClassVar, Literal
 
+from onebox import registry
 from onebox.algos import a2c, apex, appo, dqn, impala, ppo, pqn, r2d2, sac
 
 
@@ -64,6 +67,18 @@ class PopulationFields:
     """Hyperparameters drawn for each member and mutated: each NAME (at the learner's declared
     range) or NAME=LOW:HIGH (default: every one the learner declares; an unknown name's error
     lists them with their ranges)."""
+
+
+def learner_module(config: PopulationFields) -> ModuleType:
+    """The module of the learner the members run."""
+    return importlib.import_module(registry.LEARNERS[config.LEARNER].config.partition(":")[0])
+
+
+def member_config(config: Any, member: int) -> Any:
+    """Member `member`'s config: the run's with its own seed (network initialization,
+    exploration) and, for a learner with actors, its actors in its own process; its envs' seeds
+    come from the run's one `EnvSeeds`."""
+    return dataclasses.replace(config, seed=config.seed + member, ray=None)
 
 
 @dataclasses.dataclass

@@ -22,7 +22,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import importlib
 import json
 import math
 import os
@@ -38,7 +37,7 @@ from onebox.algos import driver
 from onebox.algos.common import parse_env_options
 from onebox.algos.trainer import EnvSeeds, Range, Trainer
 from onebox.envs.base import time_limit
-from onebox.pbt.configs import PopulationFields
+from onebox.pbt.configs import learner_module, member_config
 from onebox.pbt.explore import Explore, check_quantile, draw, mutation_space
 from onebox.pbt.plots import LINEAGE_FILE, plot_population
 from onebox.pbt.population import Population
@@ -47,11 +46,6 @@ from onebox.run.config import unresolved
 CHECKPOINT_KEYS = ("learner", "members", "population", "env_seeds")
 READY_SHARE = 20
 """The default `--ready`: a twentieth of `--total-steps`."""
-
-
-def learner_module(config: PopulationFields) -> ModuleType:
-    """The module of the learner the members run."""
-    return importlib.import_module(registry.LEARNERS[config.LEARNER].config.partition(":")[0])
 
 
 def resolve(config: Any) -> Any:
@@ -92,13 +86,6 @@ def resolve(config: Any) -> Any:
     if config.ray_restarts < 0:
         raise ValueError(f"--ray-restarts must be >= 0, got {config.ray_restarts}")
     return config
-
-
-def member_config(config: Any, member: int) -> Any:
-    """Member `member`'s config: the run's with its own seed (network initialization,
-    exploration) and, for a learner with actors, its actors in its own process; its envs' seeds
-    come from the run's one `EnvSeeds`."""
-    return dataclasses.replace(config, seed=config.seed + member, ray=None)
 
 
 def check_ready(config: Any, trainer: Trainer) -> None:
