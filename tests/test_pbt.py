@@ -331,6 +331,14 @@ def test_bad_input_is_refused_before_anything_is_written(
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_learners_ray_flags_are_refused(capsys) -> None:
+    argv = ["pbt", "impala", "--env", "CartPole-v1", "--population", "2"]
+    for flags, message in ((["--actor-hosts", "2"], "--actor-hosts places"),
+                           (["--process-actors"], "drop --process-actors")):  # fmt: skip
+        assert cli.main([*argv, *flags]) == 2
+        assert message in capsys.readouterr().err
+
+
 def test_a_learner_without_populations_is_refused(capsys) -> None:
     assert cli.main(["pbt", "a3c", "--env", "CartPole-v1"]) == 2
     assert "Hogwild" in capsys.readouterr().err

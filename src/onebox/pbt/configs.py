@@ -56,6 +56,9 @@ class PopulationFields:
     torch's one generator, so only `--workers 1` repeats a run's lineage exactly from its
     seed."""
     mutate: tuple[str, ...] = ()
+    """Hyperparameters drawn for each member and mutated: each NAME (at the learner's declared
+    range) or NAME=LOW:HIGH (default: every one the learner declares; an unknown name's error
+    lists them with their ranges)."""
     ray: str | None = None
     """Run the members as Ray Tune trials under Tune's PopulationBasedTraining on the Ray
     cluster at this address (HOST:PORT, or `auto`), each trial one member with its envs and
@@ -64,9 +67,6 @@ class PopulationFields:
     ray_restarts: int = 3
     """With `--ray`: how often a member may restart from its last checkpoint (its node lost)
     before the run fails."""
-    """Hyperparameters drawn for each member and mutated: each NAME (at the learner's declared
-    range) or NAME=LOW:HIGH (default: every one the learner declares; an unknown name's error
-    lists them with their ranges)."""
 
 
 def learner_module(config: PopulationFields) -> ModuleType:

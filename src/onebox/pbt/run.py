@@ -83,6 +83,11 @@ def resolve(config: Any) -> Any:
             f"a population's members share their process: drop {', '.join(apart)} (their "
             "actors run as threads)"
         )
+    if getattr(config, "actor_hosts", None) is not None:
+        raise ValueError(
+            "--actor-hosts places a learner's actors on Ray hosts; a population's members keep "
+            "their actors in their own process (with --ray, the members are the Ray trials)"
+        )
     if config.ray_restarts < 0:
         raise ValueError(f"--ray-restarts must be >= 0, got {config.ray_restarts}")
     return config
