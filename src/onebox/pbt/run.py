@@ -49,8 +49,24 @@ READY_SHARE = 20
 
 
 def resolve(config: Any) -> Any:
-    """The learner's resolve, then the population's own checks (ValueError: nothing written)."""
-    config = learner_module(config).resolve(config)
+    """The population's own checks and the learner's resolve, which sees no `--ray` (the
+    population's: its members as Tune trials, not the learner's actors on Ray hosts);
+    ValueError: nothing written."""
+    apart = [flag for flag, on in (("--process-actors", getattr(config, "process_actors", False)),
+                                   ("--server-process", getattr(config, "server_process", False)))
+             if on]  # fmt: skip
+    if apart:
+        raise ValueError(
+            f"a population's members share their process: drop {', '.join(apart)} (their "
+            "actors run as threads)"
+        )
+    if getattr(config, "actor_hosts", None) is not None:
+        raise ValueError(
+            "--actor-hosts places a learner's actors on Ray hosts; a population's members keep "
+            "their actors in their own process (with --ray, the members are the Ray trials)"
+        )
+    learner = learner_module(config).resolve(dataclasses.replace(config, ray=None))
+    config = dataclasses.replace(learner, ray=config.ray)
     if isinstance(config.population, bool) or config.population < 2:
         raise ValueError(f"--population must be at least 2 members, got {config.population}")
     if config.ready is None:
@@ -74,19 +90,6 @@ def resolve(config: Any) -> Any:
     if config.objective_episodes < 1:
         raise ValueError(
             f"--objective-episodes must be at least 1, got {config.objective_episodes}"
-        )
-    apart = [flag for flag, on in (("--process-actors", getattr(config, "process_actors", False)),
-                                   ("--server-process", getattr(config, "server_process", False)))
-             if on]  # fmt: skip
-    if apart:
-        raise ValueError(
-            f"a population's members share their process: drop {', '.join(apart)} (their "
-            "actors run as threads)"
-        )
-    if getattr(config, "actor_hosts", None) is not None:
-        raise ValueError(
-            "--actor-hosts places a learner's actors on Ray hosts; a population's members keep "
-            "their actors in their own process (with --ray, the members are the Ray trials)"
         )
     if config.ray_restarts < 0:
         raise ValueError(f"--ray-restarts must be >= 0, got {config.ray_restarts}")
