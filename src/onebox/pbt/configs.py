@@ -3,7 +3,8 @@
 A population's config is its learner's (every flag of `onebox train LEARNER` means the same,
 `--total-steps` per member) with the population's settings added, so each member's trainer is
 built from it as a run of that learner would be. A learner runs as a population when its
-`Learner` declares `search` ranges and its trainer lives in this process.
+`Learner` declares `search` ranges and its trainer lives in this process; its config class here
+(`PPO`, `ApeX`, ...) is made from its entry in `onebox.registry.POPULATIONS`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from types import ModuleType
 from typing import Any, ClassVar, Literal
 
 from onebox import registry
-from onebox.algos import a2c, apex, appo, dqn, impala, ppo, pqn, r2d2, sac
 
 
 @dataclasses.dataclass
@@ -81,64 +81,16 @@ def member_config(config: Any, member: int) -> Any:
     return dataclasses.replace(config, seed=config.seed + member, ray=None)
 
 
-@dataclasses.dataclass
-class PPO(PopulationFields, ppo.Config):
-    """Population-based training of PPO."""
-
-    LEARNER = "ppo"
-
-
-@dataclasses.dataclass
-class A2C(PopulationFields, a2c.Config):
-    """Population-based training of A2C."""
-
-    LEARNER = "a2c"
+def population_config(learner: str, name: str) -> type:
+    """The config class `name` of a population of `learner`: its learner's `Config` with
+    `PopulationFields` (a class of this module, as config.json names it)."""
+    module, _, attr = registry.LEARNERS[learner].config.partition(":")
+    base = getattr(importlib.import_module(module), attr)
+    namespace = {"__module__": __name__, "__doc__": f"Population-based training of {learner}.",
+                 "LEARNER": learner}  # fmt: skip
+    return dataclasses.make_dataclass(name, [], bases=(PopulationFields, base), namespace=namespace)
 
 
-@dataclasses.dataclass
-class PQN(PopulationFields, pqn.Config):
-    """Population-based training of PQN."""
-
-    LEARNER = "pqn"
-
-
-@dataclasses.dataclass
-class DQN(PopulationFields, dqn.Config):
-    """Population-based training of DQN (each member its own replay buffer)."""
-
-    LEARNER = "dqn"
-
-
-@dataclasses.dataclass
-class SAC(PopulationFields, sac.Config):
-    """Population-based training of SAC (each member its own replay buffer)."""
-
-    LEARNER = "sac"
-
-
-@dataclasses.dataclass
-class IMPALA(PopulationFields, impala.Config):
-    """Population-based training of IMPALA (each member its own actor threads)."""
-
-    LEARNER = "impala"
-
-
-@dataclasses.dataclass
-class APPO(PopulationFields, appo.Config):
-    """Population-based training of APPO (each member its own actor threads)."""
-
-    LEARNER = "appo"
-
-
-@dataclasses.dataclass
-class ApeX(PopulationFields, apex.Config):
-    """Population-based training of Ape-X (each member its own actor threads and replay)."""
-
-    LEARNER = "apex"
-
-
-@dataclasses.dataclass
-class R2D2(PopulationFields, r2d2.Config):
-    """Population-based training of R2D2 (each member its own actor threads and replay)."""
-
-    LEARNER = "r2d2"
+for _learner, _entry in registry.POPULATIONS.items():  # PPO, A2C, ..., as the registry names them
+    _name = _entry.config.partition(":")[2]
+    globals()[_name] = population_config(_learner, _name)
