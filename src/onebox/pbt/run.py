@@ -168,6 +168,7 @@ def train(config: Any, resume: Path | None = None) -> Path:
             stack.enter_context(session.start(checkpoint, total=total, curve=None,
                                               members=config.population))  # fmt: skip
             for member in members:
+                member.interrupted = lambda: session.stopping  # type: ignore[method-assign]
                 stack.enter_context(member)
             for note in [*members[0].notes(), population_note(config, space), *refilled]:
                 session.logger.note(population.step, note)
