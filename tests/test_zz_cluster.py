@@ -245,6 +245,7 @@ def test_learner_killed_resumes_on_another_number_of_hosts(cluster, tmp_path: Pa
     assert after and not [s for s, _ in metric(run_dir, "hosts/1/unrolls_sent") if s > saved]
 
 
+@pytest.mark.timeout(900)  # 40 s alone on 2 cores; 7 minutes beside two busy ones
 def test_pbt_on_ray_tune_survives_a_removed_node(cluster: Cluster, tmp_path: Path) -> None:
     """Four PPO members as Ray Tune trials under Tune's PBT: a worker node goes mid-run, its
     members restart from their checkpoints on the other, and the run finishes with every
