@@ -40,7 +40,7 @@ import torch
 from onebox.algos import driver
 from onebox.algos.trainer import EnvSeeds, Range, Trainer
 from onebox.pbt.configs import learner_module, member_config
-from onebox.pbt.population import state_hash
+from onebox.pbt.population import objective, state_hash
 from onebox.run.checkpoint import plain
 
 MEMBER_FILE = "member.pt"
@@ -118,8 +118,9 @@ class Member:
             returns += result.returns
             lengths += result.lengths
         self.window.extend(returns)
-        objective = float(np.mean(self.window)) if self.window else -math.inf
-        row = {"env_steps": trainer.global_step, "objective": objective,
+        score = objective(self.window)
+        score = -math.inf if score is None else score
+        row = {"env_steps": trainer.global_step, "objective": score,
                "episode_returns": returns, "episode_lengths": lengths,
                "hyperparams": trainer.hp.base(),
                "state_hash": state_hash(trainer.learner.state_dict()), **self.restored}  # fmt: skip

@@ -57,6 +57,17 @@ def state_hash(state: Any) -> str:
     return digest.hexdigest()[:16]
 
 
+def objective(window: Sequence[float]) -> float | None:
+    """A member's objective: the mean return of its window of episodes (None: none yet)."""
+    return float(np.mean(window)) if len(window) else None
+
+
+def best_of(windows: Sequence[Sequence[float]]) -> int:
+    """The member whose window scores highest (the first on a tie; 0 before any episode)."""
+    scores = [objective(w) for w in windows]
+    return int(np.argmax([-np.inf if s is None else s for s in scores]))
+
+
 class Population:
     """The members and what population-based training keeps of them (see the module's
     docstring). `space` is the mutated hyperparameters' ranges; `rng` makes every decision."""
@@ -102,16 +113,14 @@ class Population:
 
     def score(self, member: int) -> float | None:
         """The objective of `member`: the mean return of its window (None: no episode yet)."""
-        window = self.windows[member]
-        return float(np.mean(window)) if window else None
+        return objective(self.windows[member])
 
     def scores(self) -> list[float | None]:
         return [self.score(i) for i in range(len(self.members))]
 
     def best(self) -> int:
         """The member with the highest score (the first on a tie; 0 before any)."""
-        scores = [(-np.inf if s is None else s) for s in self.scores()]
-        return int(np.argmax(scores))
+        return best_of(self.windows)
 
     def due(self) -> bool:
         """Whether every member has passed the next ready point (and some are not done)."""

@@ -40,7 +40,7 @@ from onebox.envs.base import time_limit
 from onebox.pbt.configs import learner_module, member_config
 from onebox.pbt.explore import Explore, check_quantile, draw, mutation_space
 from onebox.pbt.plots import LINEAGE_FILE, plot_population
-from onebox.pbt.population import Population
+from onebox.pbt.population import Population, best_of
 from onebox.run.config import unresolved
 
 CHECKPOINT_KEYS = ("learner", "members", "population", "env_seeds")
@@ -403,9 +403,7 @@ def write_lineage(run_dir: Path, space: dict[str, Range], members: int, ready: i
 def best_member(state: dict[str, Any]) -> int:
     """The member a checkpoint ranks first: the highest mean return of its window (member 0
     when none has finished an episode)."""
-    windows = state["population"]["windows"]
-    scores = [float(np.mean(w)) if len(w) else -np.inf for w in windows]
-    return int(np.argmax(scores))
+    return best_of(state["population"]["windows"])
 
 
 def load_policy(run_dir: Path, config: Any, member: int | None = None, device: str = "cpu") -> Any:
