@@ -1,5 +1,6 @@
 """A population against its members run one by one: total env frames per second of `onebox pbt`
-(one process, its members stepped by `--workers` threads) and of the same number of separate
+(one process: its members on one shared engine or each on its own env pools, `--engine`,
+stepped or updated by `--workers` threads) and of the same number of separate
 `onebox train` processes run back to back, each as long as a member, in interleaved rounds (the
 order alternating each round), on one machine.
 
@@ -39,6 +40,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=262144, help="env steps per member")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                         help="the population's --workers settings measured")  # fmt: skip
+    parser.add_argument("--engines", nargs="+", default=["own", "shared"],
+                        help="the population's --engine settings measured")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -49,11 +52,12 @@ def main() -> None:
             ["train", args.learner, *common, "--seed", str(1 + i)] for i in range(args.population)
         ]
     }
-    for w in args.workers:
-        cases[f"onebox pbt --workers {w}"] = [
-            ["pbt", args.learner, *common, "--population", str(args.population),
-             "--workers", str(w), "--ready", str(args.steps // 8)]
-        ]  # fmt: skip
+    for engine in args.engines:
+        for w in args.workers:
+            cases[f"onebox pbt --engine {engine} --workers {w}"] = [
+                ["pbt", args.learner, *common, "--population", str(args.population),
+                 "--engine", engine, "--workers", str(w), "--ready", str(args.steps // 8)]
+            ]  # fmt: skip
     times: dict[str, list[float]] = {name: [] for name in cases}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -75,7 +79,8 @@ def main() -> None:
         "```sh",
         f"python benchmarks/pbt_speed.py --env {args.env} --learner {args.learner} "
         f"--population {args.population} --steps {args.steps} --workers "
-        f"{' '.join(map(str, args.workers))} --rounds {args.rounds} --out {args.out}",
+        f"{' '.join(map(str, args.workers))} --engines {' '.join(args.engines)} "
+        f"--rounds {args.rounds} --out {args.out}",
         "```",
         "",
         "| how | wall seconds (rounds) | frames/s (median) | against separate runs |",

@@ -6,21 +6,29 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
+import onebox.envs
 from onebox import cli, registry, run
 from onebox.algos import driver
 from onebox.algos.trainer import POSITIVE, UNIT, Bounds, EnvSeeds, Range
+from onebox.nn.networks import ActorCritic
+from onebox.nn.stacked import StackedPolicy
 from onebox.pbt import configs
 from onebox.pbt import run as pbt_run
 from onebox.pbt.explore import Explore, draw, mutation_space, pairs
 from onebox.pbt.plots import ancestry
 from onebox.pbt.population import Population, state_hash
+from onebox.pbt.shared import SharedEnvs
+from onebox.sampling import EpisodeTracker
 
 # ---- ranges and decisions -----------------------------------------------------------------------
 
@@ -236,6 +244,123 @@ def test_a_child_gets_its_parents_whole_state_and_new_hyperparameters(selection:
             m.close()
 
 
+# ---- the shared engine ---------------------------------------------------------------------
+
+
+def test_a_stacked_policy_acts_as_each_of_its_nets() -> None:
+    """One vmapped call gives what each member's network gives for its own envs: the same
+    actions from the same draws, log-probabilities and values; a few envs' values each by
+    its own net."""
+    obs_space, act_space = spaces.Box(0, 1, (10, 10, 4), np.bool_), spaces.Discrete(3)
+    torch.manual_seed(0)
+    nets = [ActorCritic(obs_space, act_space) for _ in range(3)]  # the MinAtar CNN
+    policy = StackedPolicy(nets, 4)
+    obs = torch.rand(12, 10, 10, 4) > 0.8
+    torch.manual_seed(1)
+    action, logprob, value = policy.act(obs, np.arange(12))
+    with torch.no_grad():
+        outs = [net.outputs(obs[4 * k : 4 * k + 4]) for k, net in enumerate(nets)]
+        torch.manual_seed(1)
+        want_action, want_logprob = nets[0].sample(torch.cat([o[0] for o in outs]))
+    want_value = torch.cat([o[1] for o in outs])
+    assert torch.equal(action, want_action)
+    torch.testing.assert_close(logprob, want_logprob)
+    torch.testing.assert_close(value, want_value)
+    few = np.array([1, 6, 11])
+    torch.testing.assert_close(policy.value(obs[few], few), want_value[few])
+    with pytest.raises(ValueError, match="acts for all its 12 envs at once"):
+        policy.act(obs[:4], np.arange(4))
+    with pytest.raises(ValueError, match="feed-forward nets with discrete actions"):
+        StackedPolicy([ActorCritic(obs_space, act_space, lstm=8)], 4)
+
+
+def test_the_episode_tracker_hands_each_member_its_envs_episodes() -> None:
+    tracker = EpisodeTracker(4)
+    ids = np.arange(4)
+    tracker.update(ids, np.ones(4, np.float32), np.array([False, True, False, False]), {})
+    tracker.update(ids, np.full(4, 2.0, np.float32), np.array([True, False, False, True]), {})
+    assert tracker.take(2, 4) == ([3.0], [2])  # env 3's
+    assert tracker.take(0, 2) == ([1.0, 3.0], [1, 2])  # env 1's, then env 0's: as they ended
+    assert tracker.take(0, 4) == ([], [])
+
+
+def test_members_on_a_shared_engine_act_with_their_own_nets_on_their_own_envs() -> None:
+    """Each member's share of the shared rollout holds its own envs (seeded as its own pool
+    would be) and its own network's values; after the members update, the next rollout acts
+    with the new weights; a member asking twice for one rollout is an error."""
+    config = pbt_run.resolve(configs.PPO(**{**SMALL, "num_steps": 8, "population": 2}))
+    assert config.engine == "shared"
+    module, seeds = configs.learner_module(config), EnvSeeds(config.seed)
+    engine = SharedEnvs(config, 2)
+    members = [driver.make_trainer(module, configs.member_config(config, k), seeds,
+                                   lane=engine.lanes[k]) for k in range(2)]  # fmt: skip
+    engine.bind(members)
+    try:
+        for m in members:
+            m.start()
+        for _ in range(2):  # the first rollout, then one after each member's update
+            engine.collect()
+            for k, m in enumerate(members):
+                share = engine.lanes[k].collect()
+                if m.updates == 0:
+                    with onebox.envs.make("CartPole-v1", 2, seed=m.seed) as own:
+                        first, _ = own.reset(seed=m.seed)
+                    np.testing.assert_array_equal(share.obs[0].numpy(), first)
+                flat = share.obs.flatten(0, 1)
+                with torch.no_grad():
+                    mine = m.learner.net.value(flat).view(share.values.shape)
+                    other = members[1 - k].learner.net.value(flat).view(share.values.shape)
+                torch.testing.assert_close(share.values, mine)
+                assert not torch.allclose(share.values, other)
+            with pytest.raises(RuntimeError, match="lockstep"):
+                engine.lanes[0].collect()
+            engine.collect()
+            for m in members:
+                driver.advance(m)
+            assert all(m.global_step == 16 * m.updates for m in members)
+    finally:
+        for m in members:
+            m.close()
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    ("learner", "fields", "message"),
+    [
+        ("ppo", {"lstm": 8, "num_minibatches": 2}, "--lstm: a recurrent network's state is not"),
+        ("a2c", {"sampler": "double"}, "--sampler double: the shared engine steps every env"),
+        ("ppo", {"normalize_obs": True}, "each member keeps its own statistics"),
+        ("ppo", {"env": "Pendulum-v1", "normalize_obs": False, "normalize_reward": False},
+         "the stacked policy draws discrete actions"),
+        ("pqn", {}, "pqn is not an on-policy actor-critic"),
+        ("ppo", {"ray": "auto"}, "with --ray each member is a Tune trial of its own"),
+    ],
+)  # fmt: skip
+def test_an_engine_that_does_not_fit_is_refused_or_not_chosen(
+    learner: str, fields: dict[str, Any], message: str
+) -> None:
+    """`--engine shared` where it does not fit: an error saying why; `auto` there: own pools
+    (the run's log says why, as `population_note` reads it)."""
+    config = getattr(configs, learner.upper())(**{**SMALL, **fields})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pbt_run.resolve(dataclasses.replace(config, engine="shared"))
+    resolved = pbt_run.resolve(config)
+    assert resolved.engine == "own"
+    if resolved.ray is None:
+        assert message in pbt_run.population_note(resolved, {})
+
+
+def test_the_shared_engine_is_chosen_where_it_fits_and_refused_on_the_command_line(
+    capsys,
+) -> None:
+    config = pbt_run.resolve(configs.A2C(**SMALL))  # type: ignore[arg-type]
+    assert config.engine == "shared" and "--engine shared" in pbt_run.population_note(config, {})
+    assert pbt_run.resolve(configs.A2C(**SMALL, engine="own")).engine == "own"  # type: ignore[arg-type]
+    argv = ["pbt", "ppo", *ARGS, "--lstm", "8", "--num-minibatches", "2", "--engine", "shared"]
+    assert cli.main(argv) == 2
+    assert "--engine shared does not fit: --lstm" in capsys.readouterr().err
+
+
 def test_ancestry_follows_copies_back_to_the_start() -> None:
     events = [{"step": 0, "member": m, "parent": None} for m in range(3)]
     events += [{"step": 10, "member": 2, "parent": 0}, {"step": 20, "member": 0, "parent": 1},
@@ -260,11 +385,28 @@ def lineage(run_dir: Path) -> list[dict[str, Any]]:
     return json.loads((run_dir / "lineage.json").read_text())["events"]
 
 
-def test_a_run_is_a_product_and_its_lineage_repeats_from_its_seed(tmp_path: Path, capsys) -> None:
-    a, b = pbt(tmp_path, "a", "--workers", "1"), pbt(tmp_path, "b", "--workers", "1")
+@pytest.mark.parametrize("engine", ["own", "shared"])
+def test_a_run_is_a_product_and_its_lineage_repeats_from_its_seed(
+    tmp_path: Path, capsys, monkeypatch, engine: str
+) -> None:
+    threads: set[str] = set()  # the threads that stepped a run's members
+    advance = driver.advance
+
+    def recorded(trainer):
+        threads.add(threading.current_thread().name)
+        return advance(trainer)
+
+    def stepped(name: str, workers: str) -> tuple[Path, set[str]]:
+        threads.clear()
+        return pbt(tmp_path, name, "--workers", workers, "--engine", engine), set(threads)
+
+    monkeypatch.setattr(driver, "advance", recorded)
+    (a, one), (b, _) = stepped("a", "1"), stepped("b", "1")
     assert lineage(a) == lineage(b)  # the same decisions, hyperparameters and parents
-    c = pbt(tmp_path, "c", "--workers", "2")  # two members at once: a different interleaving
+    c, two = stepped("c", "2")  # two members at once: a different interleaving
     assert len(lineage(c)) == len(lineage(a)) and lineage(c)[:3] == lineage(a)[:3]
+    assert len(one) == 1 and len(two) == 2 and all(t.startswith("pbt-worker") for t in two)
+    assert f"(--engine {engine}" in (a / "log.txt").read_text()
     events = lineage(a)
     assert [e["member"] for e in events[:3]] == [0, 1, 2] and events[3]["parent"] is not None
     for name in ("config.json", "checkpoint.pt", "metrics.csv", "hyperparams.png", "curve.png",
@@ -278,6 +420,7 @@ def test_a_run_is_a_product_and_its_lineage_repeats_from_its_seed(tmp_path: Path
     tags = {r.split(",")[3] for r in rows[1:]}
     assert {"charts/episodic_return", "charts/learning_rate", "hyperparams/clip_coef",
             "pbt/objective", "pbt/copies", "losses/value_loss"} <= tags  # fmt: skip
+    assert ("engine/env_seconds" in tags) == (engine == "shared")
     # eval plays the best member by default, or the one named
     capsys.readouterr()
     assert cli.main(["eval", str(a), "--episodes", "2", "--member", "2"]) == 0

@@ -10,10 +10,13 @@ signal is still reported). Not yet explained."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import re
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -245,17 +248,18 @@ def test_learner_killed_resumes_on_another_number_of_hosts(cluster, tmp_path: Pa
     assert after and not [s for s, _ in metric(run_dir, "hosts/1/unrolls_sent") if s > saved]
 
 
-@pytest.mark.timeout(900)  # 40 s alone on 2 cores; 7 minutes beside two busy ones
-def test_pbt_on_ray_tune_survives_a_removed_node(cluster: Cluster, tmp_path: Path) -> None:
-    """Four PPO members as Ray Tune trials under Tune's PBT: a worker node goes mid-run, its
-    members restart from their checkpoints on the other, and the run finishes with every
-    member's steps, its lineage (each child loaded exactly a state its parent saved), metrics
-    and a population checkpoint that `onebox eval` plays."""
-    run_dir, tune_dir = tmp_path / "pbt", tmp_path / "pbt" / "tune"
+PBT_ARGS = ["pbt", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "64",
+            "--population", "4", "--ready", "1024", "--total-steps", "10240"]  # fmt: skip
+
+
+@contextlib.contextmanager
+def node_removed_once_members_reported(cluster: Cluster, tune_dir: Path) -> Iterator[None]:
+    """A worker node removed once each of 4 members has reported (their rows in `tune_dir`),
+    while the body runs; a node added back after (the fixture's shape)."""
     victim = cluster.list_all_nodes()[1]
     removed = threading.Event()
 
-    def remove_when_every_member_reported() -> None:
+    def remove() -> None:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if all((tune_dir / f"member-{i}.jsonl").exists() for i in range(4)):
@@ -264,17 +268,26 @@ def test_pbt_on_ray_tune_survives_a_removed_node(cluster: Cluster, tmp_path: Pat
         cluster.remove_node(victim)
         removed.set()
 
-    remover = threading.Thread(target=remove_when_every_member_reported, daemon=True)
+    remover = threading.Thread(target=remove, daemon=True)
     remover.start()
     try:
-        argv = ["pbt", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "64",
-                "--population", "4", "--ready", "1024", "--total-steps", "10240",
-                "--runs-dir", str(tmp_path), "--name", "pbt", "--ray", cluster.address]  # fmt: skip
-        assert cli.main(argv) == 0
+        yield
     finally:
         remover.join()
-        cluster.add_node(num_cpus=2, object_store_memory=STORE)  # the fixture's shape again
+        cluster.add_node(num_cpus=2, object_store_memory=STORE)
     assert removed.is_set()
+
+
+@pytest.mark.timeout(900)  # 40 s alone on 2 cores; 7 minutes beside two busy ones
+def test_pbt_on_ray_tune_survives_a_removed_node(cluster: Cluster, tmp_path: Path) -> None:
+    """Four PPO members as Ray Tune trials under Tune's PBT: a worker node goes mid-run, its
+    members restart from their checkpoints on the other, and the run finishes with every
+    member's steps, its lineage (each child loaded exactly a state its parent saved), metrics
+    and a population checkpoint that `onebox eval` plays."""
+    run_dir, tune_dir = tmp_path / "pbt", tmp_path / "pbt" / "tune"
+    with node_removed_once_members_reported(cluster, tune_dir):
+        argv = [*PBT_ARGS, "--runs-dir", str(tmp_path), "--name", "pbt", "--ray", cluster.address]
+        assert cli.main(argv) == 0
     state = run.load_checkpoint(run_dir)
     assert [m["global_step"] for m in state["members"]] == [10240] * 4
     assert metric(run_dir, "pbt/restarts")[-1][1] >= 1  # the lost node's members restarted
@@ -287,3 +300,18 @@ def test_pbt_on_ray_tune_survives_a_removed_node(cluster: Cluster, tmp_path: Pat
     assert copies and all(e["parent"] != e["member"] for e in copies)
     assert all(e["parent_hash"] in saved[e["parent"]] for e in copies)
     assert cli.main(["eval", str(run_dir), "--episodes", "1"]) == 0
+
+
+@pytest.mark.timeout(900)
+def test_pbt_on_ray_without_restarts_names_the_members_its_lost_node_ran(cluster, tmp_path) -> None:
+    """`--ray-restarts 0`: the members on the lost node may not restart, and the run ends with
+    an error naming them and the flag; the rows of every member up to then stay."""
+    tune_dir = tmp_path / "pbt" / "tune"
+    with node_removed_once_members_reported(cluster, tune_dir):
+        argv = [*PBT_ARGS, "--runs-dir", str(tmp_path), "--name", "pbt", "--ray", cluster.address,
+                "--ray-restarts", "0"]  # fmt: skip
+        with pytest.raises(RuntimeError, match=r"failed on Ray after --ray-restarts 0") as caught:
+            cli.main(argv)
+    failed = re.search(r"member\(s\) ([\d, ]+) failed", str(caught.value))
+    assert failed and 1 <= len(failed.group(1).split(", ")) <= 2  # the lost node ran 2 members
+    assert all((tune_dir / f"member-{i}.jsonl").read_text() for i in range(4))

@@ -94,10 +94,11 @@ def train(config: Any, resume: Path | None = None) -> Path:
     return session.run_dir
 
 
-def make_trainer(module: ModuleType, config: Any, seeds: EnvSeeds) -> Trainer:
+def make_trainer(module: ModuleType, config: Any, seeds: EnvSeeds, **parts: Any) -> Trainer:
     """The learner module's trainer for a resolved `config`, its envs seeded from `seeds`, its
-    learning rates annealed when `config.anneal_lr` says (nothing started yet)."""
-    trainer: Trainer = module.Trainer(config, seeds)
+    learning rates annealed when `config.anneal_lr` says (nothing started yet); `parts`: what
+    its trainer takes besides (an on-policy trainer's `lane`, `onebox.pbt.shared`)."""
+    trainer: Trainer = module.Trainer(config, seeds, **parts)
     if config.anneal_lr:
         for rate in trainer.learner.learning_rates:
             trainer.hp.schedule(rate, ANNEAL)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -82,13 +82,32 @@ def make_pools(config: Any, seed: int) -> list[Any]:
                                    **parse_env_options(config.env_options))  # fmt: skip
 
 
+class Lane(Protocol):
+    """What feeds a trainer that shares its env pool (`onebox.pbt.shared`): the spaces of its
+    envs, their reset, its share of each rollout and of the episodes that finished in it, as
+    its own `Sampler` would give them."""
+
+    single_observation_space: Any
+    single_action_space: Any
+
+    def reset(self, seed: int) -> None: ...
+
+    @property
+    def episodes(self) -> Any:
+        """Its `pop()`: (returns, lengths) of the lane's episodes finished since the last."""
+        ...
+
+    def collect(self) -> Rollout: ...
+
+
 class OnPolicyTrainer(Trainer):
-    """A sampler feeding a learner rollouts (see the module's docstring)."""
+    """A sampler feeding a learner rollouts (see the module's docstring); or, given a `lane`,
+    the share of a sampler of several trainers' envs that the lane hands it."""
 
     make_learner: ClassVar[Callable[..., Any]]
     """(config, observation space, action space, device) -> the learner."""
 
-    def __init__(self, config: Any, seeds: EnvSeeds) -> None:
+    def __init__(self, config: Any, seeds: EnvSeeds, lane: Lane | None = None) -> None:
         super().__init__()
         device = setup_torch(config)
         accel = Accel.of(config, device)
@@ -97,14 +116,16 @@ class OnPolicyTrainer(Trainer):
         self.total_steps = max(1, config.total_steps // self.batch) * self.batch
         self.num_envs = config.num_envs
         self.seed = seeds.take(config.num_envs)
-        self.pools = make_pools(config, self.seed)
+        self.pools = [] if lane is not None else make_pools(config, self.seed)
         try:
-            space = self.pools[0]
+            space = lane if lane is not None else self.pools[0]
             self.learner = self.make_learner(config, space.single_observation_space,
                                              space.single_action_space, device)  # fmt: skip
-            self.sampler = Sampler(self.pools, accel.policy(self.learner.net), config.num_steps,
-                                   device=device, obs_transform=self.learner.obs_norm,
-                                   reward_transform=self.learner.reward_scaler, timer=self.timer)  # fmt: skip
+            self.sampler: Sampler | Lane = lane if lane is not None else Sampler(
+                self.pools, accel.policy(self.learner.net), config.num_steps, device=device,
+                obs_transform=self.learner.obs_norm, reward_transform=self.learner.reward_scaler,
+                timer=self.timer,
+            )  # fmt: skip
         except BaseException:
             self.close()
             raise

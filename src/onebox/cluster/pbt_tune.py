@@ -61,10 +61,13 @@ def member_index(trial_id: str) -> int:
 
 class Member:
     """A population member as a Tune trial (the class `trainable()` makes a `tune.Trainable`
-    of, so that this module imports without Ray). Tune pauses and resumes trials and hands one
-    trial's process to another (`reset_config`, `reuse_actors`): the trainer stays, and the
-    checkpoint Tune restores (the trial's own or, in an exploit, its parent's) loads into it;
-    a process of its own builds one (its envs then take fresh seeds, see `SEEDS_PER_START`)."""
+    of, so that this module imports without Ray). Each trial has a process of its own: Tune
+    restarts a paused trial (an exploit) in a new one, which builds the trainer (its envs take
+    fresh seeds, see `SEEDS_PER_START`) and loads the checkpoint Tune restored (the trial's own
+    or its parent's). Tune's `reuse_actors`, which hands a paused trial's process to another,
+    is off: Ray 2.60 fails a trial outright, without the retries of `FailureConfig`, when the
+    process it reuses died with its node (`TuneController._schedule_trial_reset` reports the
+    failure of a PENDING trial, which `_process_trial_failure` never recovers)."""
 
     config: dict[str, Any]
     trial_id: str
@@ -75,7 +78,6 @@ class Member:
         self.module = learner_module(self.pbt)
         self.index = member_index(self.trial_id)
         self.trainer: Trainer | None = None
-        self.serving = -1  # the member whose state the trainer holds
         self.pending: dict[str, Any] | None = None
         self.window: collections.deque[float] = collections.deque(
             maxlen=self.pbt.objective_episodes
@@ -83,17 +85,14 @@ class Member:
         self.restored: dict[str, Any] = {}
 
     def _ready(self) -> Trainer:
-        """The trainer of this trial's member: built in a fresh process or for a trial that
-        starts on another's process, the checkpoint Tune restored loaded, and the trial's
-        hyperparameters set."""
-        state, self.pending = self.pending, None
-        if self.trainer is None or (state is None and self.serving != self.index):
-            self.cleanup()
+        """The trainer, built at the trial's first step in this process, with the checkpoint
+        Tune restored loaded and the trial's hyperparameters set."""
+        if self.trainer is None:
             first = self.pbt.seed + self.index * SEED_BLOCK + self.iteration * SEEDS_PER_START
             config = member_config(self.pbt, self.index)
             self.trainer = driver.make_trainer(self.module, config, EnvSeeds(first))
             self.trainer.start()
-            self.window.clear()
+        state, self.pending = self.pending, None
         if state is not None:
             self.trainer.load_state_dict(state["trainer"])
             self.window.clear()
@@ -102,13 +101,12 @@ class Member:
             self.restored = {"restored_from": int(state["member"]),
                              "restored_step": int(state["trainer"]["global_step"]),
                              "restored_hash": state_hash(state["trainer"]["learner"])}  # fmt: skip
-        self.serving = self.index
         self.trainer.hp.set(**{name: float(self.config[name]) for name in self.config["space"]})
         return self.trainer
 
     def step(self) -> dict[str, Any]:
-        trainer = self._ready() if self.pending is not None or self.trainer is None or (
-            self.serving != self.index) else self.trainer  # fmt: skip
+        trainer = self.trainer if self.trainer is not None and self.pending is None else (
+            self._ready())  # fmt: skip
         ready = self.pbt.ready
         until = (trainer.global_step // ready + 1) * ready
         returns: list[float] = []
@@ -139,11 +137,6 @@ class Member:
         """The trial's own last checkpoint (resumed, or restarted after a lost node) or a
         parent's (an exploit): loaded at the next step."""
         self.pending = torch.load(Path(checkpoint_dir) / MEMBER_FILE, weights_only=True)
-
-    def reset_config(self, new_config: dict[str, Any]) -> bool:
-        """This process now runs the trial of `new_config` (Tune's `reuse_actors`)."""
-        self.config, self.index = new_config, member_index(self.trial_id)
-        return True
 
     def cleanup(self) -> None:
         if self.trainer is not None:
@@ -195,7 +188,7 @@ def train(config: Any, run_dir: Path, space: dict[str, Range],
     }  # fmt: skip
     tuner = tune.Tuner(
         resources, param_space=param_space,
-        tune_config=tune.TuneConfig(scheduler=scheduler, reuse_actors=True),
+        tune_config=tune.TuneConfig(scheduler=scheduler, reuse_actors=False),
         run_config=tune.RunConfig(
             name=EXPERIMENT, storage_path=str(Path(run_dir).resolve()),
             stop={"done": True}, verbose=0,
@@ -207,11 +200,16 @@ def train(config: Any, run_dir: Path, space: dict[str, Range],
         ),
     )  # fmt: skip
     grid = tuner.fit()
-    errors = [r.error for r in grid if r.error is not None]
-    if errors:
-        raise RuntimeError(f"{len(errors)} member(s) failed on Ray") from errors[0]
-    failures = {t.trial_id: t.run_metadata.num_failures
-                for t in tune.ExperimentAnalysis(str(rows)).trials}  # fmt: skip
+    trials = tune.ExperimentAnalysis(str(rows)).trials
+    failed = sorted(member_index(t.trial_id) for t in trials if t.status == "ERROR")
+    if failed:
+        raise RuntimeError(
+            f"member(s) {', '.join(map(str, failed))} failed on Ray after "
+            f"--ray-restarts {config.ray_restarts} restart(s) each (the first one's error "
+            f"below; the others' rows up to then in {rows}); --ray-restarts N lets a member "
+            "restart N times from its last checkpoint"
+        ) from next(r.error for r in grid if r.error is not None)
+    failures = {t.trial_id: t.run_metadata.num_failures for t in trials}
     records = []
     for result in sorted(grid, key=lambda r: member_index(r.metrics["trial_id"])):
         trial = result.metrics["trial_id"]

@@ -37,6 +37,7 @@ from onebox.algos import driver
 from onebox.algos.common import parse_env_options
 from onebox.algos.trainer import EnvSeeds, Range, Trainer
 from onebox.envs.base import time_limit
+from onebox.pbt import shared
 from onebox.pbt.configs import learner_module, member_config
 from onebox.pbt.explore import Explore, check_quantile, draw, mutation_space
 from onebox.pbt.plots import LINEAGE_FILE, plot_population
@@ -80,6 +81,7 @@ def resolve(config: Any) -> Any:
         )
     check_quantile(config.quantile)
     Explore(config.resample_probability, tuple(config.perturb))
+    config = dataclasses.replace(config, engine=resolve_engine(config))
     if config.workers is None:
         workers = min(config.population, onebox.envs.physical_cores())
         config = dataclasses.replace(config, workers=workers)
@@ -94,6 +96,27 @@ def resolve(config: Any) -> Any:
     if config.ray_restarts < 0:
         raise ValueError(f"--ray-restarts must be >= 0, got {config.ray_restarts}")
     return config
+
+
+def resolve_engine(config: Any) -> str:
+    """`--engine` made concrete: `shared` where the members fit one engine
+    (`onebox.pbt.shared.unfit`), else `own`; ValueError for `shared` where they do not."""
+    if config.ray is not None:
+        if config.engine == "shared":
+            raise ValueError("--engine shared shares one process's envs; with --ray each member "
+                             "is a Tune trial of its own: drop --engine shared")  # fmt: skip
+        return "own"
+    why = engine_unfit(config)
+    if config.engine == "shared" and why is not None:
+        raise ValueError(f"--engine shared does not fit: {why}; use --engine own")
+    return "own" if config.engine == "own" or why is not None else "shared"
+
+
+def engine_unfit(config: Any) -> str | None:
+    """Why the members cannot share one engine (None: they can), from a probe of the env."""
+    with onebox.envs.make(config.env, 1, num_threads=1, seed=config.seed,
+                          **parse_env_options(config.env_options)) as probe:  # fmt: skip
+        return shared.unfit(config, learner_module(config), probe.single_action_space)
 
 
 def check_ready(config: Any, trainer: Trainer) -> None:
@@ -133,9 +156,17 @@ def train(config: Any, resume: Path | None = None) -> Path:
         return _train_on_ray(session, config, module)
     seeds = EnvSeeds(config.seed, int(state["env_seeds"]) if state is not None else 0)
     members: list[Trainer] = []
+    engine = (
+        shared.SharedEnvs(config, config.population, config.workers)
+        if config.engine == "shared"
+        else None
+    )
     try:
         for i in range(config.population):
-            members.append(driver.make_trainer(module, member_config(config, i), seeds))
+            parts = {} if engine is None else {"lane": engine.lanes[i]}
+            members.append(driver.make_trainer(module, member_config(config, i), seeds, **parts))
+        if engine is not None:
+            engine.bind(members)
         space = checked_space(config, members[0])
         population = Population(members, space, np.random.default_rng(config.seed),
                                 ready=config.ready, selection=config.selection,
@@ -173,10 +204,12 @@ def train(config: Any, resume: Path | None = None) -> Path:
             for note in [*members[0].notes(), population_note(config, space), *refilled]:
                 session.logger.note(population.step, note)
             write_population_lineage(session.run_dir, population)
-            _loop(session, config, population)
+            _loop(session, config, population, engine)
     finally:
         for member in members:
             member.close()
+        if engine is not None:
+            engine.close()
     plot_population(session.run_dir, population.best())
     return session.run_dir
 
@@ -197,9 +230,18 @@ def population_note(config: Any, space: dict[str, Range]) -> str:
     how = {"truncation": f"the bottom {config.quantile:g} copy the top {config.quantile:g}",
            "tournament": "each member meets one other at random and copies it if it scores higher",
            "none": "no copies (independent members)"}[config.selection]  # fmt: skip
-    where = (f"as Ray Tune trials on {config.ray}" if config.ray is not None else
-             f"in this process, stepped by {config.workers} thread"
-             + ("s" if config.workers > 1 else ""))  # fmt: skip
+    threads = f"{config.workers} thread" + ("s" if config.workers > 1 else "")
+    if config.ray is not None:
+        where = f"as Ray Tune trials on {config.ray}"
+    elif config.engine == "shared":
+        where = (f"in this process on one engine: one env pool of {config.population} x "
+                 f"{config.num_envs} envs stepped together, one batched forward acting for "
+                 f"every member (--engine shared), their updates on {threads}")  # fmt: skip
+    else:
+        why = engine_unfit(config)
+        where = ("in this process, each on its own env pools (--engine own"
+                 + (f"; shared does not fit: {why}" if why is not None else "")
+                 + f"), stepped by {threads}")  # fmt: skip
     return (
         f"population of {config.population} {config.LEARNER} members {where}; every "
         f"{config.ready:,} env steps per member: {how}, ranked by the mean return of each "
@@ -248,10 +290,12 @@ CHUNKS = 4
 come between two."""
 
 
-def _loop(session: run.RunSession, config: Any, population: Population) -> None:
-    """Step the members, `--workers` threads at once, a chunk of a ready interval at a time,
-    until all are done or the run is stopped; a round of exploit and explore whenever every
-    member has passed the next ready point."""
+def _loop(session: run.RunSession, config: Any, population: Population,
+          engine: shared.SharedEnvs | None) -> None:  # fmt: skip
+    """Step the members, `--workers` threads at once, a chunk of a ready interval at a time
+    (on a shared `engine`: one rollout of every member's envs, then one step each), until all
+    are done or the run is stopped; a round of exploit and explore whenever every member has
+    passed the next ready point."""
     members, stepper = population.members, Stepper(config, population, session)
     groups = [list(range(w, len(members), config.workers)) for w in range(config.workers)]
 
@@ -260,8 +304,12 @@ def _loop(session: run.RunSession, config: Any, population: Population) -> None:
 
     with concurrent.futures.ThreadPoolExecutor(config.workers, "pbt-worker") as pool:
         while not population.done and not session.stopping:
-            ready = (population.rounds + 1) * population.ready
-            until = min(ready, population.step + max(1, population.ready // CHUNKS))
+            if engine is not None:
+                engine.collect()
+                until = population.step + 1  # one step each: the rollout's shares
+            else:
+                ready = (population.rounds + 1) * population.ready
+                until = min(ready, population.step + max(1, population.ready // CHUNKS))
             for future in [pool.submit(run_group, g, until) for g in groups]:
                 for i, logged in future.result():
                     for item in logged:
@@ -272,7 +320,7 @@ def _loop(session: run.RunSession, config: Any, population: Population) -> None:
                         if item.scalars is not None:
                             session.logger.scalars(item.step, item.scalars, member=i)
             if population.due():
-                _round(session, population)
+                _round(session, population, engine)
             session.update(population.step, shown=population.score(population.best()))
     for i, member in enumerate(members):
         last = member.finish()
@@ -281,11 +329,12 @@ def _loop(session: run.RunSession, config: Any, population: Population) -> None:
         population.record(i, last.returns)
     best = population.score(population.best())
     session.log(population.step, {"pbt/best_objective": float("nan") if best is None else best,
-                                  **population_rates(session, population)})  # fmt: skip
+                                  **population_rates(session, population, engine)})  # fmt: skip
     session.step = population.step
 
 
-def _round(session: run.RunSession, population: Population) -> None:
+def _round(session: run.RunSession, population: Population,
+           engine: shared.SharedEnvs | None) -> None:  # fmt: skip
     """One exploit-and-explore round, logged: each copy in the log, every member's objective
     and (new) hyperparameters as scalars, the lineage file rewritten."""
     step = population.step
@@ -300,7 +349,8 @@ def _round(session: run.RunSession, population: Population) -> None:
         session.logger.scalars(step, {**hyperparams(member),
                                       **({} if score is None else {"pbt/objective": score})},
                                member=i)  # fmt: skip
-    session.log(step, {"pbt/copies": len(chosen), **population_rates(session, population)})
+    session.log(step, {"pbt/copies": len(chosen),
+                       **population_rates(session, population, engine)})  # fmt: skip
     write_population_lineage(session.run_dir, population)
 
 
@@ -361,10 +411,16 @@ def log_trial(session: run.RunSession, member: int, rows: list[dict[str, Any]]) 
         session.logger.scalars(step, scalars, member=member)
 
 
-def population_rates(session: run.RunSession, population: Population) -> dict[str, float]:
-    """`charts/SPS`: env steps per second of all members together since this process began."""
+def population_rates(session: run.RunSession, population: Population,
+                     engine: shared.SharedEnvs | None) -> dict[str, float]:  # fmt: skip
+    """`charts/SPS`: env steps per second of all members together since this process began;
+    on a shared engine also its seconds so far stepping the envs and acting
+    (`engine/env_seconds`, `engine/inference_seconds`; each member's `time/learn` is its
+    update's share of its own time)."""
     per_member = session.rates(population.step)["charts/SPS"]
-    return {"charts/SPS": per_member * len(population.members)}
+    seconds = {} if engine is None else engine.timer.totals()
+    return {"charts/SPS": per_member * len(population.members),
+            **{f"engine/{name}_seconds": v for name, v in seconds.items()}}  # fmt: skip
 
 
 def hyperparams(member: Trainer) -> dict[str, float]:

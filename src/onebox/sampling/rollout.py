@@ -155,6 +155,20 @@ class Rollout:
         """Env steps in the rollout: T x N."""
         return self.num_steps * self.num_envs
 
+    def envs(self, first: int, stop: int) -> Rollout:
+        """Envs `first` to `stop` - 1 of a sampler's rollout, as views of its buffers: one
+        population member's share of a rollout of every member's envs."""
+        cut = slice(first, stop)
+        return Rollout(
+            self.obs[:, cut], self.actions[:, cut], self.rewards[:, cut],
+            self.terminated[:, cut], self.truncated[:, cut],
+            outputs={k: v[:, cut] for k, v in self.outputs.items()},
+            final={k: v[:, cut] for k, v in self.final.items()},
+            next_obs=self.next_obs[cut], next={k: v[cut] for k, v in self.next.items()},
+            starts=None if self.starts is None else self.starts[:, cut],
+            state=None if self.state is None else (self.state[0][cut], self.state[1][cut]),
+        )  # fmt: skip
+
     def bootstrapped_rewards(self, gamma: float, output: str = "values") -> Array:
         """`bootstrapped_rewards` of this rollout, from its final `output` values: the learner's
         transform, before it cuts its returns at `ends`."""

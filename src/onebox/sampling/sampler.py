@@ -64,6 +64,24 @@ class Policy(Protocol):
         ...
 
 
+class RoutedPolicy(Protocol):
+    """A policy whose envs are not all alike (`routed` true: a population's, each member acting
+    for its own envs): told which envs each observation is of."""
+
+    @property
+    def routed(self) -> bool: ...
+
+    def act(
+        self, obs: torch.Tensor, ids: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action, log-probability, value) for the observations of envs `ids`."""
+        ...
+
+    def value(self, obs: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        """V(obs) for the observations of envs `ids`."""
+        ...
+
+
 class RecurrentPolicy(Protocol):
     """What the sampler needs of a policy with a state (`recurrent` true), as `ActorCritic`'s."""
 
@@ -103,6 +121,7 @@ class EpisodeTracker:
         self.lengths = np.zeros(num_envs, np.int64)
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
+        self.finished_envs: list[int] = []
 
     def update(
         self, ids: np.ndarray, rewards: np.ndarray, ends: np.ndarray, info: dict[str, Any]
@@ -114,6 +133,7 @@ class EpisodeTracker:
             if mask.any():
                 self.finished_returns += np.asarray(source["episode_return"])[mask].tolist()
                 self.finished_lengths += np.asarray(source["episode_length"])[mask].tolist()
+                self.finished_envs += ids[mask].tolist()
             return
         self.returns[ids] += rewards
         self.lengths[ids] += 1
@@ -121,13 +141,27 @@ class EpisodeTracker:
             idx = ids[ends]
             self.finished_returns += self.returns[idx].tolist()
             self.finished_lengths += self.lengths[idx].tolist()
+            self.finished_envs += idx.tolist()
             self.returns[idx] = 0.0
             self.lengths[idx] = 0
 
     def pop(self) -> tuple[list[float], list[int]]:
         """The episodes finished since the last call."""
         out = (self.finished_returns, self.finished_lengths)
-        self.finished_returns, self.finished_lengths = [], []
+        self.finished_returns, self.finished_lengths, self.finished_envs = [], [], []
+        return out
+
+    def take(self, first: int, stop: int) -> tuple[list[float], list[int]]:
+        """The episodes of envs `first` to `stop` - 1 finished since they were last taken (or
+        popped), in the order they finished; the others' stay."""
+        keep = [first <= env < stop for env in self.finished_envs]
+        out = ([r for r, k in zip(self.finished_returns, keep, strict=True) if k],
+               [n for n, k in zip(self.finished_lengths, keep, strict=True) if k])  # fmt: skip
+        self.finished_returns = [r for r, k in zip(self.finished_returns, keep, strict=True)
+                                 if not k]  # fmt: skip
+        self.finished_lengths = [n for n, k in zip(self.finished_lengths, keep, strict=True)
+                                 if not k]  # fmt: skip
+        self.finished_envs = [e for e, k in zip(self.finished_envs, keep, strict=True) if not k]
         return out
 
 
@@ -151,7 +185,7 @@ class Sampler:
     def __init__(
         self,
         envs: EnvPool | Sequence[EnvPool],
-        policy: Policy | RecurrentPolicy,
+        policy: Policy | RecurrentPolicy | RoutedPolicy,
         num_steps: int,
         *,
         device: torch.device | str = "cpu",
@@ -191,6 +225,8 @@ class Sampler:
         self.recurrent = bool(getattr(policy, "recurrent", False))
         """Whether the policy has a state, carried here for each env."""
         self._rnn = cast(RecurrentPolicy, policy)  # the policy, used only when recurrent
+        self.routed = bool(getattr(policy, "routed", False))
+        """Whether the policy is told the envs of its observations (`RoutedPolicy`)."""
         self._state: State | None = None  # recurrent: each env's state after its last step
         self._next_state: State | None = None  # double: the state before each env's step T
         self._starts = np.ones(n, bool)  # recurrent: each env's next observation begins an episode
@@ -283,7 +319,7 @@ class Sampler:
                 starts = torch.as_tensor(self._starts, device=self.device).unsqueeze(0)
                 _, value, _ = self._rnn.unroll(self._obs.unsqueeze(0), starts, self._state)
             else:
-                value = self.policy.value(self._obs)
+                value = self._value(self._obs, every)
             r.next_value.copy_(value)
         return r
 
@@ -338,7 +374,10 @@ class Sampler:
             if self.recurrent:
                 action, logprob, value = self._step(row, ids, index, obs)
             else:
-                action, logprob, value = self.policy.act(obs)
+                action, logprob, value = (
+                    cast(RoutedPolicy, self.policy).act(obs, ids) if self.routed
+                    else cast(Policy, self.policy).act(obs)
+                )  # fmt: skip
             st.obs[index] = obs
             st.actions[index] = action
             st.logprobs[index] = logprob
@@ -423,8 +462,14 @@ class Sampler:
                 state = (self._state[0][at], self._state[1][at])
                 _, values, _ = self._rnn.unroll(final_t.unsqueeze(0), None, state)
             else:
-                values = self.policy.value(final_t)
+                values = self._value(final_t, env)
         return values.cpu().numpy()
+
+    def _value(self, obs: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        """V(obs) of a feed-forward policy for envs `ids`."""
+        if self.routed:
+            return cast(RoutedPolicy, self.policy).value(obs, ids)
+        return cast(Policy, self.policy).value(obs)
 
     def _to_device(self, obs: np.ndarray, update: bool) -> torch.Tensor:
         if self.obs_transform is not None:

@@ -1,0 +1,102 @@
+"""Several feed-forward actor-critics of one architecture acting as one policy: their parameters
+stacked (`torch.func.stack_module_state`, a leading net axis on every tensor) and one vmapped
+forward pass (`torch.func.vmap` over `functional_call`) computing every net's outputs for its
+own envs at once, where one call per net would launch each layer's kernels once per net.
+
+`StackedPolicy` is the sampler's routed policy (`onebox.sampling.sampler.RoutedPolicy`) for a
+population whose members share one env pool (`onebox.pbt.shared`): net k acts for envs
+`k * envs_per_net` to `(k + 1) * envs_per_net - 1`. The stack is a copy: `refresh()` takes the
+nets' current weights (after their updates, before the next rollout). Discrete actions only
+(a Gaussian's standard deviation is a parameter of each net: drawn net by net it would need a
+stacked sample too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from onebox.nn.networks import ActorCritic
+
+
+class _Heads(nn.Module):
+    """A net's `outputs` as its forward (what `functional_call` calls)."""
+
+    def __init__(self, net: ActorCritic) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.net.outputs(obs)
+
+
+class StackedPolicy:
+    """`nets` (feed-forward `ActorCritic`s of one architecture, discrete actions) acting for
+    `envs_per_net` envs each, in one call (see the module's docstring); `autocast` is the
+    context the forward runs under (a run's precision)."""
+
+    routed = True
+
+    def __init__(
+        self,
+        nets: Sequence[ActorCritic],
+        envs_per_net: int,
+        autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    ) -> None:
+        if any(net.recurrent for net in nets) or not all(net.discrete for net in nets):
+            raise ValueError("a stacked policy takes feed-forward nets with discrete actions")
+        self.nets, self.envs, self.autocast = list(nets), envs_per_net, autocast
+        self.num_envs = len(self.nets) * envs_per_net
+        self._base = _Heads(copy.deepcopy(self.nets[0]).to("meta"))
+
+        def heads(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                  obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+            return torch.func.functional_call(self._base, (params, buffers), (obs,))
+
+        self._heads = torch.func.vmap(heads)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Stack the nets' current weights."""
+        self.params, self.buffers = torch.func.stack_module_state(
+            [_Heads(net) for net in self.nets]
+        )
+
+    @torch.no_grad()
+    def act(
+        self, obs: torch.Tensor, ids: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action, log-probability, value) of every env, `ids` all of them in order."""
+        if len(ids) != self.num_envs or not np.array_equal(ids, np.arange(self.num_envs)):
+            raise ValueError(
+                f"a stacked policy acts for all its {self.num_envs} envs at once, in order "
+                "(the sync sampler)"
+            )
+        with self.autocast():
+            out, value = self._heads(self.params, self.buffers,
+                                     obs.view(len(self.nets), self.envs, *obs.shape[1:]))  # fmt: skip
+        action, logprob = self.nets[0].sample(out.flatten(0, 1))  # the logits alone: any net's
+        return action, logprob, value.flatten()
+
+    @torch.no_grad()
+    def value(self, obs: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        """V(obs) of envs `ids` (every env, or a few: truncated episodes' final observations),
+        each by its own net."""
+        if len(ids) == self.num_envs and np.array_equal(ids, np.arange(self.num_envs)):
+            with self.autocast():
+                _, value = self._heads(self.params, self.buffers,
+                                       obs.view(len(self.nets), self.envs, *obs.shape[1:]))  # fmt: skip
+            return value.flatten()
+        values = torch.empty(len(ids), device=obs.device)
+        owners = np.asarray(ids) // self.envs
+        with self.autocast():
+            for k in np.unique(owners):
+                rows = torch.as_tensor(np.flatnonzero(owners == k), device=obs.device)
+                values[rows] = self.nets[k].value(obs[rows])
+        return values

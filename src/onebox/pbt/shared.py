@@ -1,0 +1,139 @@
+"""A population's members on one engine (`onebox pbt ... --engine shared`): every member's envs
+in one env pool, stepped together, and one batched forward pass choosing all their actions
+(`onebox.nn.stacked.StackedPolicy`: the members' networks stacked, one vmapped call); each
+member then updates on its own share of the rollout, exactly the share its own sampler would
+have given it (its envs, their episodes), so a member is still a run of its learner.
+
+    one pool of N x E envs --> Sampler(StackedPolicy of the N nets) --> rollout (T, N x E)
+                                                                      |-> member k: envs kE..(k+1)E-1
+
+The members step in lockstep: `collect` plays one rollout for all, then each member's step
+takes its share (`SharedLane`, the trainer's `Lane`) and updates; a member that asks for a
+share twice before the next `collect` is an error, not a stale rollout. Member k's envs are
+seeded as its own pool would be (the seeds its trainer took from the run's `EnvSeeds`).
+
+What fits (`unfit` says why not): the on-policy actor-critics (PPO, A2C) with feed-forward
+networks, discrete actions, the sync sampler and no observation or reward normalizer (whose
+statistics are each member's own). The others run each member on its own pools (`--engine own`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gymnasium import spaces
+
+import onebox.envs
+from onebox.algos.common import parse_env_options
+from onebox.algos.onpolicy import ActorCriticLearner, OnPolicyTrainer
+from onebox.algos.trainer import Trainer
+from onebox.nn.stacked import StackedPolicy
+from onebox.run.timing import TimeSplit
+from onebox.sampling import Rollout, Sampler
+
+
+def unfit(config: Any, module: Any, action_space: spaces.Space) -> str | None:
+    """Why `config`'s members cannot share one engine, or None when they can."""
+    trainer = module.Trainer
+    if not (issubclass(trainer, OnPolicyTrainer)
+            and issubclass(trainer.make_learner, ActorCriticLearner)):  # fmt: skip
+        return f"{config.LEARNER} is not an on-policy actor-critic (PPO, A2C)"
+    if config.lstm is not None:
+        return "--lstm: a recurrent network's state is not stacked"
+    if config.sampler != "sync":
+        return f"--sampler {config.sampler}: the shared engine steps every env at once (sync)"
+    if config.normalize_obs or config.normalize_reward:
+        return "--normalize-obs/--normalize-reward: each member keeps its own statistics"
+    if not isinstance(action_space, spaces.Discrete):
+        return f"{action_space}: the stacked policy draws discrete actions"
+    return None
+
+
+class SharedEnvs:
+    """One env pool of `population` x `config.num_envs` envs and the sampler that plays it for
+    the members (`bind` them once made, each with its `lanes[k]`); the batched forward runs on
+    `threads` torch threads (the members' updates, on as many threads of their own, wait for
+    the rollout, so the two never run at once)."""
+
+    def __init__(self, config: Any, population: int, threads: int = 1) -> None:
+        self.config, self.envs, self.threads = config, config.num_envs, threads
+        self.pool = onebox.envs.make(config.env, population * config.num_envs,
+                                     num_threads=config.num_threads, seed=config.seed,
+                                     autoreset_mode="SameStep",
+                                     **parse_env_options(config.env_options))  # fmt: skip
+        self.lanes = [SharedLane(self, k) for k in range(population)]
+        self.timer = TimeSplit()
+        """The pool's and the stacked policy's time (`env`, `inference`)."""
+        self.policy: StackedPolicy | None = None
+        self.sampler: Sampler | None = None
+        self.seeds: dict[int, int] = {}  # each lane's first env seed, as its trainer took them
+        self.rollout: Rollout | None = None
+        self.fresh: set[int] = set()  # the lanes whose share of `rollout` is still to be taken
+
+    def bind(self, members: list[Trainer]) -> None:
+        """Act with the members' networks (member k's for lane k's envs)."""
+        learner = members[0].learner
+        self.policy = StackedPolicy([m.learner.net for m in members], self.envs,
+                                    learner.accel.autocast)  # fmt: skip
+        self.sampler = Sampler(self.pool, self.policy, self.config.num_steps,
+                               device=learner.device, timer=self.timer)  # fmt: skip
+
+    def reset(self, lane: int, seed: int) -> None:
+        """Lane `lane`'s envs reset from `seed` on; the pool resets once every lane has."""
+        self.seeds[lane] = seed
+        if len(self.seeds) == len(self.lanes):
+            assert self.sampler is not None, "bind the members before starting them"
+            self.sampler.reset(seed=[self.seeds[k] + i for k in range(len(self.lanes))
+                                     for i in range(self.envs)])  # fmt: skip
+            self.seeds = {}
+
+    def collect(self) -> None:
+        """Play one rollout of every env with every member's current network."""
+        assert self.sampler is not None and self.policy is not None
+        self.policy.refresh()
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            self.rollout = self.sampler.collect()
+        finally:
+            torch.set_num_threads(threads)
+        self.fresh = set(range(len(self.lanes)))
+
+    def share(self, lane: int) -> Rollout:
+        """Lane `lane`'s envs of the last rollout (views)."""
+        if lane not in self.fresh or self.rollout is None:
+            raise RuntimeError(
+                f"member {lane} asked for a rollout before the shared engine collected one "
+                "(the members step in lockstep: collect, then one step each)"
+            )
+        self.fresh.remove(lane)
+        return self.rollout.envs(lane * self.envs, (lane + 1) * self.envs)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class SharedLane:
+    """Member `index`'s view of the shared engine: what its trainer's own sampler would be."""
+
+    def __init__(self, shared: SharedEnvs, index: int) -> None:
+        self.shared, self.index = shared, index
+        self.single_observation_space = shared.pool.single_observation_space
+        self.single_action_space = shared.pool.single_action_space
+        self.first, self.stop = index * shared.envs, (index + 1) * shared.envs
+
+    @property
+    def episodes(self) -> SharedLane:
+        return self
+
+    def pop(self) -> tuple[list[float], list[int]]:
+        """The episodes of this lane's envs finished since the last call."""
+        assert self.shared.sampler is not None
+        return self.shared.sampler.episodes.take(self.first, self.stop)
+
+    def reset(self, seed: int) -> None:
+        self.shared.reset(self.index, seed)
+
+    def collect(self) -> Rollout:
+        return self.shared.share(self.index)
