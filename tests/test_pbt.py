@@ -330,6 +330,7 @@ def test_members_on_a_shared_engine_act_with_their_own_nets_on_their_own_envs() 
         ("ppo", {"lstm": 8, "num_minibatches": 2}, "--lstm: a recurrent network's state is not"),
         ("a2c", {"sampler": "double"}, "--sampler double: the shared engine steps every env"),
         ("ppo", {"normalize_obs": True}, "each member keeps its own statistics"),
+        ("ppo", {"compile": True}, "--compile compiles one network's forward"),
         ("ppo", {"env": "Pendulum-v1", "normalize_obs": False, "normalize_reward": False},
          "the stacked policy draws discrete actions"),
         ("pqn", {}, "pqn is not an on-policy actor-critic"),

@@ -53,8 +53,8 @@ class PopulationFields:
     """How members meet their envs: `shared`, one env pool of every member's envs stepped
     together and one batched forward (the members' networks stacked) acting for all, each
     member updating on its share (PPO and A2C with feed-forward networks, discrete actions, the
-    sync sampler, no normalizers); `own`, each member its own pools and network calls; `auto`,
-    shared where it fits, else own (the run's log says which and why)."""
+    sync sampler, no --compile, no normalizers); `own`, each member its own pools and network
+    calls; `auto`, shared where it fits, else own (the run's log says which and why)."""
     workers: int | None = None
     """Threads that step the members, each its share of them, all at once: a small network's
     learner keeps about one core busy, a population as many as it has workers (default: the

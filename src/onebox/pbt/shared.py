@@ -13,8 +13,9 @@ share twice before the next `collect` is an error, not a stale rollout. Member k
 seeded as its own pool would be (the seeds its trainer took from the run's `EnvSeeds`).
 
 What fits (`unfit` says why not): the on-policy actor-critics (PPO, A2C) with feed-forward
-networks, discrete actions, the sync sampler and no observation or reward normalizer (whose
-statistics are each member's own). The others run each member on its own pools (`--engine own`).
+networks, discrete actions, the sync sampler, no `--compile` and no observation or reward
+normalizer (whose statistics are each member's own). The others run each member on its own
+pools (`--engine own`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def unfit(config: Any, module: Any, action_space: spaces.Space) -> str | None:
         return "--lstm: a recurrent network's state is not stacked"
     if config.sampler != "sync":
         return f"--sampler {config.sampler}: the shared engine steps every env at once (sync)"
+    if config.compile:
+        return "--compile compiles one network's forward, not the stacked one"
     if config.normalize_obs or config.normalize_reward:
         return "--normalize-obs/--normalize-reward: each member keeps its own statistics"
     if not isinstance(action_space, spaces.Discrete):
