@@ -7,6 +7,8 @@ hyperparameters, so that the population finds a hyperparameter schedule while it
 - `population`: the members (each its learner's `Trainer`), their objectives, the in-memory
   copies and the lineage;
 - `configs`: each supported learner's config plus the population's settings;
+- `shared`: the members of an on-policy actor-critic on one engine (one env pool, one stacked
+  forward acting for all, each member updating on its share);
 - `run`: `onebox pbt LEARNER` as a run (folder, per-member logs, checkpoints, resume, eval);
 - `plots`: the hyperparameter schedules, the best member's ancestral curve, the family tree.
 """
