@@ -60,6 +60,7 @@ class StackedPolicy:
             return torch.func.functional_call(self._base, (params, buffers), (obs,))
 
         self._heads = torch.func.vmap(heads)
+        self._every = np.arange(self.num_envs)
         self.refresh()
 
     def refresh(self) -> None:
@@ -68,31 +69,38 @@ class StackedPolicy:
             [_Heads(net) for net in self.nets]
         )
 
+    def _all(self, ids: np.ndarray) -> bool:
+        """Whether `ids` are every env, in order."""
+        return len(ids) == self.num_envs and np.array_equal(ids, self._every)
+
+    def _stacked(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every net's (actor head output, value) for its envs' rows of `obs` (all envs), as
+        (num_envs, ...) and (num_envs,)."""
+        with self.autocast():
+            out, value = self._heads(self.params, self.buffers,
+                                     obs.view(len(self.nets), self.envs, *obs.shape[1:]))  # fmt: skip
+        return out.flatten(0, 1), value.flatten()
+
     @torch.no_grad()
     def act(
         self, obs: torch.Tensor, ids: np.ndarray
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(action, log-probability, value) of every env, `ids` all of them in order."""
-        if len(ids) != self.num_envs or not np.array_equal(ids, np.arange(self.num_envs)):
+        if not self._all(ids):
             raise ValueError(
                 f"a stacked policy acts for all its {self.num_envs} envs at once, in order "
                 "(the sync sampler)"
             )
-        with self.autocast():
-            out, value = self._heads(self.params, self.buffers,
-                                     obs.view(len(self.nets), self.envs, *obs.shape[1:]))  # fmt: skip
-        action, logprob = self.nets[0].sample(out.flatten(0, 1))  # the logits alone: any net's
-        return action, logprob, value.flatten()
+        out, value = self._stacked(obs)
+        action, logprob = self.nets[0].sample(out)  # the logits alone: any net's
+        return action, logprob, value
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
         """V(obs) of envs `ids` (every env, or a few: truncated episodes' final observations),
         each by its own net."""
-        if len(ids) == self.num_envs and np.array_equal(ids, np.arange(self.num_envs)):
-            with self.autocast():
-                _, value = self._heads(self.params, self.buffers,
-                                       obs.view(len(self.nets), self.envs, *obs.shape[1:]))  # fmt: skip
-            return value.flatten()
+        if self._all(ids):
+            return self._stacked(obs)[1]
         values = torch.empty(len(ids), device=obs.device)
         owners = np.asarray(ids) // self.envs
         with self.autocast():

@@ -111,7 +111,7 @@ class SharedEnvs:
                 "(the members step in lockstep: collect, then one step each)"
             )
         self.fresh.remove(lane)
-        return self.rollout.envs(lane * self.envs, (lane + 1) * self.envs)
+        return self.rollout.envs(self.lanes[lane].first, self.lanes[lane].stop)
 
     def close(self) -> None:
         self.pool.close()

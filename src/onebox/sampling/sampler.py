@@ -154,15 +154,16 @@ class EpisodeTracker:
     def take(self, first: int, stop: int) -> tuple[list[float], list[int]]:
         """The episodes of envs `first` to `stop` - 1 finished since they were last taken (or
         popped), in the order they finished; the others' stay."""
-        keep = [first <= env < stop for env in self.finished_envs]
-        out = ([r for r, k in zip(self.finished_returns, keep, strict=True) if k],
-               [n for n, k in zip(self.finished_lengths, keep, strict=True) if k])  # fmt: skip
-        self.finished_returns = [r for r, k in zip(self.finished_returns, keep, strict=True)
-                                 if not k]  # fmt: skip
-        self.finished_lengths = [n for n, k in zip(self.finished_lengths, keep, strict=True)
-                                 if not k]  # fmt: skip
-        self.finished_envs = [e for e, k in zip(self.finished_envs, keep, strict=True) if not k]
-        return out
+        mine = [first <= env < stop for env in self.finished_envs]
+
+        def split(xs: list[Any]) -> tuple[list[Any], list[Any]]:
+            return ([x for x, m in zip(xs, mine, strict=True) if m],
+                    [x for x, m in zip(xs, mine, strict=True) if not m])  # fmt: skip
+
+        returns, self.finished_returns = split(self.finished_returns)
+        lengths, self.finished_lengths = split(self.finished_lengths)
+        self.finished_envs = split(self.finished_envs)[1]
+        return returns, lengths
 
 
 class Sampler:
