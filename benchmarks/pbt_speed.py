@@ -42,6 +42,8 @@ def main() -> None:
                         help="the population's --workers settings measured")  # fmt: skip
     parser.add_argument("--engines", nargs="+", default=["own", "shared"],
                         help="the population's --engine settings measured")  # fmt: skip
+    parser.add_argument("--updates", nargs="+", default=["separate", "batched"],
+                        help="the shared engine's --updates settings measured")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -53,11 +55,14 @@ def main() -> None:
         ]
     }
     for engine in args.engines:
-        for w in args.workers:
-            cases[f"onebox pbt --engine {engine} --workers {w}"] = [
-                ["pbt", args.learner, *common, "--population", str(args.population),
-                 "--engine", engine, "--workers", str(w), "--ready", str(args.steps // 8)]
-            ]  # fmt: skip
+        for updates in args.updates if engine == "shared" else [None]:
+            for w in args.workers:
+                how = ["--engine", engine, *(["--updates", updates] if updates else []),
+                       "--workers", str(w)]  # fmt: skip
+                cases[f"onebox pbt {' '.join(how)}"] = [
+                    ["pbt", args.learner, *common, "--population", str(args.population), *how,
+                     "--ready", str(args.steps // 8)]
+                ]  # fmt: skip
     times: dict[str, list[float]] = {name: [] for name in cases}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -80,7 +85,7 @@ def main() -> None:
         f"python benchmarks/pbt_speed.py --env {args.env} --learner {args.learner} "
         f"--population {args.population} --steps {args.steps} --workers "
         f"{' '.join(map(str, args.workers))} --engines {' '.join(args.engines)} "
-        f"--rounds {args.rounds} --out {args.out}",
+        f"--updates {' '.join(args.updates)} --rounds {args.rounds} --out {args.out}",
         "```",
         "",
         "| how | wall seconds (rounds) | frames/s (median) | against separate runs |",

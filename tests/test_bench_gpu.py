@@ -89,3 +89,15 @@ def test_a_row_that_raises_costs_only_that_row(tmp_path: Path, monkeypatch) -> N
     assert any(line.startswith("| bfloat16 | env | 2 of 2 |") for line in section.splitlines())
     assert [row.split(" | ")[4] for row in rows][:3] == ["10", "20", "20"]  # episode caps
     assert all(row.split(" | ")[7] != "-" for row in rows)  # one pool alone, measured too
+
+
+def test_the_population_part_measures_one_member_and_both_ways_of_updating(tmp_path) -> None:
+    out = tmp_path / "report"
+    assert cli.main(["bench", "gpu", "--tiny", "--device", "cpu", "--out", str(out),
+                     "--env-threads", "1", "--parts", "pbt"]) == 0  # fmt: skip
+    section = (out / "report.md").read_text().split("## A population of 2 PPO members", 1)[1]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ")][2:]
+    assert [row[0] for row in rows] == ["| one member (`onebox train`)",
+                                        "| 2 members, --updates batched",
+                                        "| 2 members, --updates separate"]  # fmt: skip
+    assert rows[0][3] == "1.00x" and all(float(row[3].rstrip("x")) > 0 for row in rows)

@@ -70,7 +70,8 @@ def test_ppo_first_minibatch_replays_the_behaviour_log_probs(double: bool) -> No
     net, rollout = recurrent_rollout(double)
     actions, logprobs = rollout.actions.flatten(0, 1), rollout.logprobs.flatten()
     # The first minibatch (4 of the 8 envs), before any optimizer step: ratio 1 everywhere.
-    mb, dist, values = next(ppo.minibatches(_config(num_minibatches=2), net, rollout))
+    rows, out, values = next(ppo.minibatches(_config(num_minibatches=2), [net], {}, rollout))
+    mb, dist, values = rows[0], net.distribution(out[0]), values[0]  # the one learner's
     assert len(mb) == 4 * 32 and len(set(mb.remainder(8).tolist())) == 4  # whole envs
     torch.testing.assert_close(net.log_prob(dist, actions[mb]), logprobs[mb], rtol=0, atol=1e-5)
     torch.testing.assert_close(values, rollout.values.flatten()[mb], rtol=0, atol=1e-5)

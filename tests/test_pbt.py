@@ -3,6 +3,7 @@ in-memory copies on real trainers, the run (lineage, logs, resume, eval) and bad
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -18,7 +19,7 @@ from gymnasium import spaces
 
 import onebox.envs
 from onebox import cli, registry, run
-from onebox.algos import driver
+from onebox.algos import driver, ppo
 from onebox.algos.trainer import POSITIVE, UNIT, Bounds, EnvSeeds, Range
 from onebox.nn.networks import ActorCritic
 from onebox.nn.stacked import StackedPolicy
@@ -274,6 +275,53 @@ def test_a_stacked_policy_acts_as_each_of_its_nets() -> None:
         StackedPolicy([ActorCritic(obs_space, act_space, lstm=8)], 4)
 
 
+def test_ppo_updates_learners_together_as_each_alone() -> None:
+    """`update_together`: three PPO learners with the MinAtar CNN, each with its own
+    hyperparameters and rollout, updated in one stacked pass per minibatch, end with the
+    weights, optimizer moments and stats each one's own `update` gives (to float rounding);
+    the one whose KL passes --target-kl stops its epochs there while the others go on."""
+    config = ppo.resolve(ppo.Config(env="MinAtar/Breakout-v1", num_envs=4, num_steps=16,
+                                    num_minibatches=1, update_epochs=3, target_kl=0.01,
+                                    total_steps=64, torch_threads=1, num_threads=1,
+                                    device="cpu"))  # fmt: skip
+    draws = [dict(learning_rate=3e-2, clip_coef=0.3, ent_coef=0.05, vf_coef=0.9, gamma=0.95,
+                  gae_lambda=0.9, max_grad_norm=5.0),
+             dict(learning_rate=1e-5, clip_coef=0.1, ent_coef=1e-4, vf_coef=0.2, gamma=0.99,
+                  gae_lambda=0.95, max_grad_norm=0.1),
+             dict(learning_rate=2e-5, clip_coef=0.2, ent_coef=0.0, vf_coef=0.5, gamma=0.9,
+                  gae_lambda=0.8, max_grad_norm=1.0)]  # fmt: skip
+    together, alone, rollouts = [], [], []
+    for k, hp in enumerate(draws):
+        pair = [driver.make_trainer(ppo, dataclasses.replace(config, seed=k), EnvSeeds(k))
+                for _ in range(2)]  # fmt: skip
+        for trainer in pair:
+            trainer.learner.hp.set(**hp)
+        pair[0].start()
+        rollouts.append(pair[0].sampler.collect())
+        together.append(pair[0].learner)
+        alone.append(pair[1].learner)
+    torch.manual_seed(0)
+    stats = ppo.update_together(together, rollouts)
+    want = []
+    for learner, rollout in zip(alone, rollouts, strict=True):
+        torch.manual_seed(0)
+        want.append(learner.update(rollout))
+    for got, ref, got_stats, ref_stats in zip(together, alone, stats, want, strict=True):
+        for name, p in got.net.named_parameters():
+            torch.testing.assert_close(p, dict(ref.net.named_parameters())[name],
+                                       rtol=1e-4, atol=1e-5)  # fmt: skip
+            moments, ref_moments = got.optimizer.state[p], ref.optimizer.state[
+                dict(ref.net.named_parameters())[name]]  # fmt: skip
+            for key in ("exp_avg", "exp_avg_sq"):
+                torch.testing.assert_close(moments[key], ref_moments[key], rtol=1e-3, atol=1e-7)
+        assert got_stats.keys() == ref_stats.keys()
+        for key, value in got_stats.items():
+            assert value == pytest.approx(ref_stats[key], rel=1e-3, abs=1e-5), key
+    steps = [int(lr.optimizer.state[lr.params[0]]["step"]) for lr in together]
+    assert steps == [2, 3, 3]  # member 0's KL passed 0.01 after its second epoch
+    assert steps == [int(lr.optimizer.state[lr.params[0]]["step"]) for lr in alone]
+
+
 def test_the_episode_tracker_hands_each_member_its_envs_episodes() -> None:
     tracker = EpisodeTracker(4)
     ids = np.arange(4)
@@ -299,7 +347,8 @@ def test_members_on_a_shared_engine_act_with_their_own_nets_on_their_own_envs() 
         for m in members:
             m.start()
         for _ in range(2):  # the first rollout, then one after each member's update
-            engine.collect()
+            acting = [copy.deepcopy(m.learner.net) for m in members]  # (advance updates them)
+            engine.advance()
             for k, m in enumerate(members):
                 share = engine.lanes[k].collect()
                 if m.updates == 0:
@@ -308,13 +357,13 @@ def test_members_on_a_shared_engine_act_with_their_own_nets_on_their_own_envs() 
                     np.testing.assert_array_equal(share.obs[0].numpy(), first)
                 flat = share.obs.flatten(0, 1)
                 with torch.no_grad():
-                    mine = m.learner.net.value(flat).view(share.values.shape)
-                    other = members[1 - k].learner.net.value(flat).view(share.values.shape)
+                    mine = acting[k].value(flat).view(share.values.shape)
+                    other = acting[1 - k].value(flat).view(share.values.shape)
                 torch.testing.assert_close(share.values, mine)
                 assert not torch.allclose(share.values, other)
             with pytest.raises(RuntimeError, match="lockstep"):
                 engine.lanes[0].collect()
-            engine.collect()
+            engine.advance()
             for m in members:
                 driver.advance(m)
             assert all(m.global_step == 16 * m.updates for m in members)
@@ -362,6 +411,23 @@ def test_the_shared_engine_is_chosen_where_it_fits_and_refused_on_the_command_li
     assert "--engine shared does not fit: --lstm" in capsys.readouterr().err
 
 
+def test_updates_are_batched_where_asked_and_refused_where_there_is_no_batched_update(
+    capsys,
+) -> None:
+    """`--updates auto` on the CPU: separate, the log saying the batched pass is slower here;
+    `batched` on its members' own engines, or for A2C (no batched update): an error."""
+    config = pbt_run.resolve(configs.PPO(**SMALL))  # type: ignore[arg-type]
+    assert (config.engine, config.updates) == ("shared", "separate")
+    assert "measured 1.8x slower on the CPU" in pbt_run.population_note(config, {})
+    config = pbt_run.resolve(configs.PPO(**SMALL, updates="batched"))  # type: ignore[arg-type]
+    assert "(--updates batched)" in pbt_run.population_note(config, {})
+    for learner, fields in (("ppo", {"engine": "own"}), ("a2c", {})):
+        argv = ["pbt", learner, *ARGS, "--updates", "batched",
+                *[f"--{k}={v}" for k, v in fields.items()]]  # fmt: skip
+        assert cli.main(argv) == 2
+        assert "--updates batched needs a shared engine" in capsys.readouterr().err
+
+
 def test_ancestry_follows_copies_back_to_the_start() -> None:
     events = [{"step": 0, "member": m, "parent": None} for m in range(3)]
     events += [{"step": 10, "member": 2, "parent": 0}, {"step": 20, "member": 0, "parent": 1},
@@ -386,10 +452,12 @@ def lineage(run_dir: Path) -> list[dict[str, Any]]:
     return json.loads((run_dir / "lineage.json").read_text())["events"]
 
 
-@pytest.mark.parametrize("engine", ["own", "shared"])
+@pytest.mark.parametrize("engine", ["own", "shared", "shared --updates batched"])
 def test_a_run_is_a_product_and_its_lineage_repeats_from_its_seed(
     tmp_path: Path, capsys, monkeypatch, engine: str
 ) -> None:
+    """A population's run folder, log, metrics, plots and `onebox eval`; its lineage the same
+    from one seed with one worker; on each engine, with each way of updating."""
     threads: set[str] = set()  # the threads that stepped a run's members
     advance = driver.advance
 
@@ -399,7 +467,7 @@ def test_a_run_is_a_product_and_its_lineage_repeats_from_its_seed(
 
     def stepped(name: str, workers: str) -> tuple[Path, set[str]]:
         threads.clear()
-        return pbt(tmp_path, name, "--workers", workers, "--engine", engine), set(threads)
+        return pbt(tmp_path, name, "--workers", workers, "--engine", *engine.split()), set(threads)
 
     monkeypatch.setattr(driver, "advance", recorded)
     (a, one), (b, _) = stepped("a", "1"), stepped("b", "1")
@@ -407,7 +475,9 @@ def test_a_run_is_a_product_and_its_lineage_repeats_from_its_seed(
     c, two = stepped("c", "2")  # two members at once: a different interleaving
     assert len(lineage(c)) == len(lineage(a)) and lineage(c)[:3] == lineage(a)[:3]
     assert len(one) == 1 and len(two) == 2 and all(t.startswith("pbt-worker") for t in two)
-    assert f"(--engine {engine}" in (a / "log.txt").read_text()
+    log = (a / "log.txt").read_text()
+    assert f"(--engine {engine.split()[0]}" in log
+    assert ("(--updates batched)" in log) == ("batched" in engine)
     events = lineage(a)
     assert [e["member"] for e in events[:3]] == [0, 1, 2] and events[3]["parent"] is not None
     for name in ("config.json", "checkpoint.pt", "metrics.csv", "hyperparams.png", "curve.png",
@@ -421,7 +491,8 @@ def test_a_run_is_a_product_and_its_lineage_repeats_from_its_seed(
     tags = {r.split(",")[3] for r in rows[1:]}
     assert {"charts/episodic_return", "charts/learning_rate", "hyperparams/clip_coef",
             "pbt/objective", "pbt/copies", "losses/value_loss"} <= tags  # fmt: skip
-    assert ("engine/env_seconds" in tags) == (engine == "shared")
+    assert ("engine/env_seconds" in tags) == engine.startswith("shared")
+    assert ("engine/learn_seconds" in tags) == ("batched" in engine)
     # eval plays the best member by default, or the one named
     capsys.readouterr()
     assert cli.main(["eval", str(a), "--episodes", "2", "--member", "2"]) == 0

@@ -256,18 +256,21 @@ actors, `onebox.cluster.pbt_tune`), a few seconds each on a busy machine."""
 
 @contextlib.contextmanager
 def node_removed_once_members_reported(cluster: Cluster, tune_dir: Path) -> Iterator[None]:
-    """A worker node removed once each of 4 members has reported (their rows in `tune_dir`),
-    while the body runs; a node added back after (the fixture's shape)."""
-    victim = cluster.list_all_nodes()[1]
+    """A worker node removed while the body runs, once each of 4 members has reported (their
+    rows in `tune_dir`): the one the most members' last rows ran on (a node an earlier test's
+    leftovers fill may run none); a node added back after (the fixture's shape)."""
     removed = threading.Event()
 
     def remove() -> None:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if all((tune_dir / f"member-{i}.jsonl").exists() for i in range(4)):
-                break
+        rows = [tune_dir / f"member-{i}.jsonl" for i in range(4)]
+        while time.monotonic() < deadline and not all(
+            r.exists() and r.read_text().endswith("\n") for r in rows
+        ):
             time.sleep(0.2)
-        cluster.remove_node(victim)
+        nodes = [json.loads(r.read_text().splitlines()[-1])["node"] for r in rows]
+        workers = cluster.list_all_nodes()[1:]
+        cluster.remove_node(max(workers, key=lambda node: nodes.count(node.node_id)))
         removed.set()
 
     remover = threading.Thread(target=remove, daemon=True)

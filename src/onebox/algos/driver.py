@@ -107,9 +107,14 @@ def make_trainer(module: ModuleType, config: Any, seeds: EnvSeeds, **parts: Any)
 
 def advance(trainer: Trainer) -> Step:
     """One step of `trainer`, its schedules read at the run's progress before it."""
+    schedule(trainer)
+    return trainer.step()
+
+
+def schedule(trainer: Trainer) -> None:
+    """Set `trainer`'s scheduled hyperparameters to their values at the run's progress."""
     if trainer.hp.scheduled:
         trainer.hp.progress = trainer.global_step / trainer.total_steps
-    return trainer.step()
 
 
 class Cadence:

@@ -15,7 +15,7 @@ applies to observations and rewards), and `update(rollout)`.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -99,6 +99,11 @@ class Lane(Protocol):
 
     def collect(self) -> Rollout: ...
 
+    def learn(self, rollout: Rollout) -> dict[str, float]:
+        """The trainer's update on its share `rollout` (its learner's `update`, or the stats of
+        an update made with the lane's other trainers)."""
+        ...
+
 
 class OnPolicyTrainer(Trainer):
     """A sampler feeding a learner rollouts (see the module's docstring); or, given a `lane`,
@@ -121,6 +126,7 @@ class OnPolicyTrainer(Trainer):
             space = lane if lane is not None else self.pools[0]
             self.learner = self.make_learner(config, space.single_observation_space,
                                              space.single_action_space, device)  # fmt: skip
+            self.learn = lane.learn if lane is not None else self.learner.update
             self.sampler: Sampler | Lane = lane if lane is not None else Sampler(
                 self.pools, accel.policy(self.learner.net), config.num_steps, device=device,
                 obs_transform=self.learner.obs_norm, reward_transform=self.learner.reward_scaler,
@@ -137,7 +143,7 @@ class OnPolicyTrainer(Trainer):
         rollout = self.sampler.collect()
         self.global_step += self.batch
         with self.timer("learn"), self.learner.autocast():
-            stats = self.learner.update(rollout)
+            stats = self.learn(rollout)
         self.updates += 1
         return Step(stats, *self.sampler.episodes.pop())
 
@@ -170,6 +176,11 @@ class ActorCriticLearner(Learner):
         )
         self.hp = self.make_hyperparams(config)
         self.hp.bind("learning_rate", self.optimizer)
+
+    update_together: ClassVar[Callable[[Sequence[Any], Sequence[Rollout]], list[dict[str, float]]]
+                              | None] = None  # fmt: skip
+    """(learners, their rollouts) -> each one's stats: their updates in one batched pass, where
+    the learner has one (PPO's; a population on one engine uses it, `onebox.pbt.shared`)."""
 
     @abc.abstractmethod
     def make_optimizer(self, params: Any) -> torch.optim.Optimizer:

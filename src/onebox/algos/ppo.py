@@ -6,7 +6,10 @@
 One iteration collects `num_steps` steps from each of `num_envs` envs (sync or double-buffered, see
 `onebox.sampling.Sampler`), computes GAE advantages, and runs `update_epochs` epochs of minibatch
 updates of the clipped surrogate objective with value clipping, an entropy bonus, gradient norm
-clipping and optional KL early stopping. The learning rate anneals linearly to zero.
+clipping and optional KL early stopping. The learning rate anneals linearly to zero. The update
+is written for several learners at once (`update_together`: a population's members, their nets
+stacked into one forward and backward pass per minibatch, `onebox.pbt.shared`); one run's
+`PPO.update` is that of one learner.
 
 With `--lstm H` the network has an LSTM core (CleanRL's ppo_atari_lstm): the sampler carries each
 env's state, and a minibatch is a group of whole envs (num_envs / num_minibatches of them), each
@@ -20,7 +23,7 @@ observation and reward normalization); `minatar` (`MinAtar/*` ids) is purejaxql'
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -28,9 +31,10 @@ import torch
 
 from onebox.algos.common import adam, check_positive, fill_log_every
 from onebox.algos.onpolicy import ActorCriticLearner, OnPolicyTrainer, resolve_common
-from onebox.algos.trainer import POSITIVE, Range, ranges, tunables
+from onebox.algos.trainer import POSITIVE, Learner, Range, ranges, tunables
 from onebox.nn.accel import AccelFields
 from onebox.nn.networks import ActorCritic
+from onebox.nn.stacked import StackedNets
 from onebox.run.config import Switch, TorchConfig
 from onebox.run.presets import Presets
 from onebox.sampling import Rollout, gae
@@ -148,36 +152,147 @@ def resolve(config: Config) -> Config:
 
 
 def minibatches(
-    config: Config, net: ActorCritic, rollout: Rollout
-) -> Iterator[tuple[torch.Tensor, Any, torch.Tensor]]:
-    """One epoch's minibatches in random order, each computed when reached (after the previous
-    one's optimizer step): (its rows of the flattened (T * N) rollout, the net's action
-    distributions and values on those rows, in that order).
+    config: Config, nets: Sequence[ActorCritic], batch: dict[str, torch.Tensor],
+    rollout: Rollout,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:  # fmt: skip
+    """One epoch's minibatches of each net's own batch, in random order, each computed when
+    reached (after the previous one's optimizer steps): (its rows, (nets, rows), of each net's
+    flattened (T * E) rollout; the nets' actor head outputs and values on them).
 
-    A feed-forward net gets random rows; a recurrent one groups of whole envs, replayed with
-    `net.unroll` from the rollout's stored initial state and episode starts."""
-    if not net.recurrent:
-        obs = rollout.obs.flatten(0, 1)
-        order = torch.randperm(config.batch_size, device=obs.device)
+    Feed-forward nets get random rows, each its own order (several: in one stacked forward,
+    `StackedNets`); a recurrent one (alone) groups of whole envs, replayed with
+    `unroll_outputs` from `rollout`'s stored initial state and episode starts."""
+    n = len(nets)
+    if not nets[0].recurrent:
+        obs = batch["obs"]
+        device = obs.device
+        order = torch.stack([torch.randperm(config.batch_size, device=device) for _ in nets])
+        own = torch.arange(n, device=device).unsqueeze(1)
+        stacked = StackedNets(nets) if n > 1 else None
         for start in range(0, config.batch_size, config.minibatch_size):
-            mb = order[start : start + config.minibatch_size]
-            dist, value = net.dist(obs[mb])
-            yield mb, dist, value
+            mb = order[:, start : start + config.minibatch_size]
+            if stacked is None:
+                out, value = nets[0].outputs(obs[0, mb[0]])
+                yield mb, out.unsqueeze(0), value.unsqueeze(0)
+            else:
+                yield mb, *stacked(stacked.weights(), obs[own, mb])
         return
     if rollout.starts is None or rollout.state is None:
         raise ValueError("a recurrent net's update needs a rollout with starts and state")
-    t, n = rollout.num_steps, rollout.num_envs
+    t, e = rollout.num_steps, rollout.num_envs
     device = rollout.obs.device
-    order = torch.randperm(n, device=device)
-    rows = torch.arange(t, device=device).unsqueeze(1) * n  # row of (step t, env 0)
-    size = n // config.num_minibatches
+    order = torch.randperm(e, device=device)
+    rows = torch.arange(t, device=device).unsqueeze(1) * e  # row of (step t, env 0)
+    size = e // config.num_minibatches
     h, c = rollout.state
-    for start in range(0, n, size):
+    for start in range(0, e, size):
         envs = order[start : start + size]
-        dist, value, _ = net.unroll(
+        out, value, _ = nets[0].unroll_outputs(
             rollout.obs[:, envs], rollout.starts[:, envs], (h[envs], c[envs])
         )
-        yield (rows + envs).flatten(), dist, value
+        yield (rows + envs).flatten().unsqueeze(0), out.unsqueeze(0), value.unsqueeze(0)
+
+
+def prepared(learner: PPO, rollout: Rollout) -> dict[str, torch.Tensor]:
+    """A rollout as PPO's update reads it, with the learner's discount and GAE lambda:
+    observations, actions, log-probabilities, values, advantages and returns, flattened to
+    (T * E, ...)."""
+    hp = learner.hp.values()
+    advantages, returns = gae(rollout.bootstrapped_rewards(hp["gamma"]), rollout.values,
+                              rollout.ends, rollout.next_value, hp["gamma"], hp["gae_lambda"])  # fmt: skip
+    return {"obs": rollout.obs.flatten(0, 1), "actions": rollout.actions.flatten(0, 1),
+            "logprobs": rollout.logprobs.flatten(), "values": rollout.values.flatten(),
+            "advantages": advantages.flatten(), "returns": returns.flatten()}  # fmt: skip
+
+
+def update_together(learners: Sequence[PPO], rollouts: Sequence[Rollout]) -> list[dict[str, float]]:
+    """PPO's epochs for `learners` (one config but for their hyperparameters), each on its own
+    rollout, in one forward and one backward pass per minibatch (the nets stacked,
+    `StackedNets`; one learner: its own net); each learner then clips its own gradients and
+    steps its own optimizer, and stops its epochs early at its own `target_kl`. Returns each
+    learner's losses and diagnostics to log. The population's batched update
+    (`onebox.pbt.shared`) and, with one learner, `PPO.update`."""
+    first = learners[0]
+    config, nets, device = first.config, [lr.net for lr in learners], first.device
+    if len(learners) > 1 and (nets[0].recurrent or not nets[0].discrete):
+        raise ValueError("PPO updates several learners together with feed-forward nets and "
+                         "discrete actions only")  # fmt: skip
+    each = [prepared(lr, r) for lr, r in zip(learners, rollouts, strict=True)]
+    batch = {key: torch.stack([b[key] for b in each]) if len(each) > 1 else each[0][key][None]
+             for key in each[0]}  # fmt: skip
+    hps = [lr.hp.values() for lr in learners]
+
+    def column(name: str) -> torch.Tensor:
+        return torch.tensor([hp[name] for hp in hps], device=device)
+
+    clip = column("clip_coef").unsqueeze(1)  # (learners, 1): against each learner's rows
+    ent_coef, vf_coef = column("ent_coef"), column("vf_coef")
+    own = torch.arange(len(learners), device=device).unsqueeze(1)
+    active = list(range(len(learners)))
+    clipfracs: list[torch.Tensor] = []  # on the device: no host wait per minibatch
+    losses: dict[str, torch.Tensor] = {}  # the last minibatch's, per learner
+    stats: dict[int, dict[str, float]] = {}  # of the learners whose epochs are over
+
+    def finish(learners_done: list[int]) -> None:
+        table = {**{key: v.tolist() for key, v in losses.items()},
+                 "losses/clipfrac": torch.stack(clipfracs).mean(0).tolist()}  # fmt: skip
+        for k in learners_done:
+            stats[k] = {key: v[k] for key, v in table.items()}
+
+    for _ in range(config.update_epochs):
+        for mb, out, new_value in minibatches(config, nets, batch, rollouts[0]):
+            part = {key: batch[key][own, mb] for key in batch if key != "obs"}
+            dist = nets[0].distribution(out)
+            logratio = nets[0].log_prob(dist, part["actions"]) - part["logprobs"]
+            ratio = logratio.exp()
+            with torch.no_grad():
+                losses["losses/old_approx_kl"] = (-logratio).mean(-1)
+                losses["losses/approx_kl"] = ((ratio - 1) - logratio).mean(-1)
+                clipfracs.append(((ratio - 1.0).abs() > clip).float().mean(-1))
+            adv = part["advantages"]
+            if config.norm_adv:
+                adv = (adv - adv.mean(-1, keepdim=True)) / (adv.std(-1, keepdim=True) + 1e-8)
+            pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean(-1)
+            returns, old_values = part["returns"], part["values"]
+            if config.clip_vloss:
+                unclipped = (new_value - returns) ** 2
+                clipped = old_values + (new_value - old_values).clamp(-clip, clip)
+                v_loss = 0.5 * torch.max(unclipped, (clipped - returns) ** 2).mean(-1)
+            else:
+                v_loss = 0.5 * ((new_value - returns) ** 2).mean(-1)
+            entropy_loss = nets[0].entropy(dist).mean(-1)
+            loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
+            descend_together([learners[k] for k in active], loss[active])
+            losses.update({"losses/value_loss": v_loss.detach(),
+                           "losses/policy_loss": pg_loss.detach(),
+                           "losses/entropy": entropy_loss.detach()})  # fmt: skip
+        if config.target_kl is not None:
+            kl = losses["losses/approx_kl"].tolist()
+            finish([k for k in active if kl[k] > config.target_kl])
+            active = [k for k in active if kl[k] <= config.target_kl]
+            if not active:
+                break
+    finish(active)
+    y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
+    return [{**stats[k], "losses/explained_variance": explained_variance(y_pred[k], y_true[k])}
+            for k in range(len(learners))]  # fmt: skip
+
+
+def descend_together(learners: Sequence[Learner], losses: torch.Tensor) -> None:
+    """One optimizer step of each of `learners` down its own loss, `losses[i]` for learner i:
+    one backward pass of their sum (their parameters apart, each gets its own gradients), then
+    each learner's clipped step (`Learner.apply_gradients`)."""
+    for lr in learners:
+        lr.optimizer.zero_grad()
+    losses.sum().backward()
+    for lr in learners:
+        lr.apply_gradients(lr.hp.values().get("max_grad_norm"))
+
+
+def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
+    """1 - Var(y_true - y_pred) / Var(y_true) (NaN when y_true is constant)."""
+    var_y = np.var(y_true)
+    return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
 
 
 class PPO(ActorCriticLearner):
@@ -185,58 +300,14 @@ class PPO(ActorCriticLearner):
 
     tunable = tunables(**ActorCriticLearner.tunable, clip_coef=POSITIVE)
     search = ranges(**ActorCriticLearner.search, clip_coef=Range(0.05, 0.4))
+    update_together = staticmethod(update_together)
 
     def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
         return adam(params, self.config.learning_rate, self.device, eps=1e-5)
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """PPO epochs over one rollout; returns the losses and diagnostics to log."""
-        config, net = self.config, self.net
-        hp = self.hp.values()
-        clip, gamma = hp["clip_coef"], hp["gamma"]
-        advantages, returns = gae(rollout.bootstrapped_rewards(gamma), rollout.values,
-                                  rollout.ends, rollout.next_value, gamma, hp["gae_lambda"])  # fmt: skip
-        actions = rollout.actions.flatten(0, 1)
-        old_logprobs, old_values = rollout.logprobs.flatten(), rollout.values.flatten()
-        advantages, returns = advantages.flatten(), returns.flatten()
-        clipfracs: list[torch.Tensor] = []  # on the device: no host wait per minibatch
-        approx_kl = old_approx_kl = torch.zeros(())
-        pg_loss = v_loss = entropy_loss = torch.zeros(())
-        for _ in range(config.update_epochs):
-            for mb, dist, new_value in minibatches(config, net, rollout):
-                logratio = net.log_prob(dist, actions[mb]) - old_logprobs[mb]
-                ratio = logratio.exp()
-                with torch.no_grad():
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > clip).float().mean())
-                adv = advantages[mb]
-                if config.norm_adv:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
-                if config.clip_vloss:
-                    unclipped = (new_value - returns[mb]) ** 2
-                    clipped = old_values[mb] + (new_value - old_values[mb]).clamp(-clip, clip)
-                    v_loss = 0.5 * torch.max(unclipped, (clipped - returns[mb]) ** 2).mean()
-                else:
-                    v_loss = 0.5 * ((new_value - returns[mb]) ** 2).mean()
-                entropy_loss = net.entropy(dist).mean()
-                loss = pg_loss - hp["ent_coef"] * entropy_loss + hp["vf_coef"] * v_loss
-                self.descend(loss, hp["max_grad_norm"])
-            if config.target_kl is not None and approx_kl.item() > config.target_kl:
-                break
-        y_pred, y_true = old_values.cpu().numpy(), returns.cpu().numpy()
-        var_y = np.var(y_true)
-        explained = float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
-        return {
-            "losses/value_loss": v_loss.item(),
-            "losses/policy_loss": pg_loss.item(),
-            "losses/entropy": entropy_loss.item(),
-            "losses/old_approx_kl": old_approx_kl.item(),
-            "losses/approx_kl": approx_kl.item(),
-            "losses/clipfrac": torch.stack(clipfracs).mean().item(),
-            "losses/explained_variance": explained,
-        }
+        return update_together([self], [rollout])[0]
 
 
 class Trainer(OnPolicyTrainer):

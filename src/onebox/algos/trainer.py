@@ -320,6 +320,11 @@ class Learner(abc.ABC):
         `max_grad_norm` (None: not clipped), the step inside `updating()`."""
         self.optimizer.zero_grad()
         loss.backward()
+        self.apply_gradients(max_grad_norm)
+
+    def apply_gradients(self, max_grad_norm: float | None) -> None:
+        """`optimizer`'s step on the gradients `params` hold, their norm clipped to
+        `max_grad_norm` (None: not clipped), inside `updating()`."""
         if max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.params, max_grad_norm)
         with self.updating():

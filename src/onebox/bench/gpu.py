@@ -22,6 +22,9 @@ Parts, in order (each reuses the benchmark of its own `onebox bench` command):
 - offpolicy (this part and `learn` are in `onebox.bench.gpu_runs`): Ape-X and R2D2 with their
   Atari presets (8 process actors of 16 envs, the learner and the inference server on the
   device) for 45 s each: env frames/s and learner updates/s.
+- pbt (in `onebox.bench.gpu_runs`): a population of 16 PPO members on MinAtar Breakout on one
+  engine, its updates batched and separate, against one member: env steps/s and the
+  population's wall time over one member's at the same steps per member (goal: <= 1.5x).
 - policy: the inference call alone, a Nature-CNN (and MLP) actor-critic acting on a batch of 8 and
   of 64 observations already on the device, actions fetched to the host: float32 eager and
   compiled (`--compile`: CUDA graphs on a GPU), and bf16 at 64, with the first (compiling) call's
@@ -54,12 +57,15 @@ SIZES: dict[bool, dict[str, Any]] = {
     False: dict(seconds=3.0, env_counts=(32, 128), iterations=3, throughput_envs=128, steps=None,
                 appo_actors=8, population=1000, slots=250, episode_cap=300, actors=16,
                 actor_envs=32, batches=(8, 64), learn_envs=64, offpolicy_seconds=45.0,
-                offpolicy_starts={"apex": 20_000, "r2d2": 250}, offpolicy_args=()),
+                offpolicy_starts={"apex": 20_000, "r2d2": 250}, offpolicy_args=(),
+                pbt_population=16, pbt_steps=262_144, pbt_seconds=100.0, pbt_args=()),
     True: dict(seconds=0.3, env_counts=(4,), iterations=1, throughput_envs=4, steps=16,
                appo_actors=2, population=6, slots=4, episode_cap=10, actors=2, actor_envs=2,
                batches=(2,), learn_envs=4, offpolicy_seconds=40.0,
                offpolicy_starts={"apex": 200, "r2d2": 10},
-               offpolicy_args=("--actors", "2", "--envs-per-actor", "2", "--batch-size", "8")),
+               offpolicy_args=("--actors", "2", "--envs-per-actor", "2", "--batch-size", "8"),
+               pbt_population=2, pbt_steps=256, pbt_seconds=60.0,
+               pbt_args=("--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2")),
 }  # fmt: skip
 """The suite's sizes, full and `--tiny`. The off-policy runs' learning starts (transitions for
 Ape-X, sequences of 40 new steps for R2D2) are below their presets' 50,000 and 1,000, which would

@@ -11,8 +11,9 @@ from typing import Literal
 
 from onebox.bench import common
 
-Part = Literal["policy", "envs", "train", "inference", "evolve", "offpolicy", "learn"]
-PARTS: tuple[Part, ...] = ("envs", "train", "evolve", "inference", "offpolicy", "policy", "learn")
+Part = Literal["policy", "envs", "train", "inference", "evolve", "offpolicy", "pbt", "learn"]
+PARTS: tuple[Part, ...] = ("envs", "train", "evolve", "inference", "offpolicy", "pbt", "policy",
+                           "learn")  # fmt: skip
 ENV = "Pong-v5"
 FRAMES = 4  # frames per Pong-v5 step (frame skip)
 

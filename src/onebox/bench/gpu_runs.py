@@ -1,6 +1,7 @@
 """The GPU suite's parts that run `onebox train` in a process of its own, stopped at a deadline
 (`onebox.bench.gpu` runs them): Ape-X and R2D2 on Pong with their learners on the device
-("offpolicy"), and PPO's learning run on Pong to a score of 20 ("learn")."""
+("offpolicy"), a population of PPO members on MinAtar against one member ("pbt"), and PPO's
+learning run on Pong to a score of 20 ("learn")."""
 
 from __future__ import annotations
 
@@ -70,6 +71,65 @@ def part_offpolicy(config: GpuBenchConfig, device: torch.device, size: dict, out
     ])  # fmt: skip
 
 
+# ---- pbt: a PPO population on MinAtar ----------------------------------------------------------
+
+PBT_ENV = "MinAtar/Breakout-v1"
+
+
+def last_sps(metrics: Path) -> float | None:
+    """The last `charts/SPS` a run logged (a population's: all its members', the row with no
+    member), or None."""
+    sps = None
+    if metrics.is_file():
+        with open(metrics) as f:
+            for r in csv.DictReader(f):
+                if r["tag"] == "charts/SPS" and not r.get("member"):
+                    sps = float(r["value"])
+    return sps
+
+
+def part_pbt(config: GpuBenchConfig, device: torch.device, size: dict, out: Path) -> str:
+    """One PPO member on MinAtar Breakout (its preset), then a population of them on one
+    engine with the members' updates batched and separate: env steps/s, and the population's
+    wall time against one member's at the same steps per member (goal: 16 members within
+    1.5x)."""
+    n, steps = size["pbt_population"], size["pbt_steps"]
+    common_args = ["ppo", "--env", PBT_ENV, "--total-steps", str(steps), "--device", str(device),
+                   "--num-threads", str(config.env_threads), *size["pbt_args"],
+                   "--runs-dir", str(out / "runs"), "--checkpoint-minutes", "0",
+                   "--progress", "False"]  # fmt: skip
+    population = ["--population", str(n), "--engine", "shared", "--ready", str(steps // 4)]
+    cases = {
+        "one member (`onebox train`)": ["train", *common_args, "--name", "pbt-one"],
+        f"{n} members, --updates batched": ["pbt", *common_args, *population,
+                                            "--updates", "batched", "--name", "pbt-batched"],
+        f"{n} members, --updates separate": ["pbt", *common_args, *population,
+                                             "--updates", "separate", "--name", "pbt-separate"],
+    }  # fmt: skip
+    rows, one = [], None
+    for label, args in cases.items():
+        name = args[args.index("--name") + 1]
+        wall = train_for(args, size["pbt_seconds"], out / f"{name}.log")
+        sps = last_sps(out / "runs" / name / "metrics.csv")
+        if sps is None:
+            keep(rows, [label, f"{wall:.0f} s", "-", "-", f"no SPS logged: see {name}.log"])
+            continue
+        members = 1 if one is None else n
+        one = sps if one is None else one
+        keep(rows, [label, f"{wall:.0f} s", common.format_rate(sps),
+                    f"{members * one / sps:.2f}x", ""])  # fmt: skip
+    header = ["run", "wall", "env steps/s (all members)", "time per member step vs one", "note"]
+    return "\n".join([
+        f"## A population of {n} PPO members on {PBT_ENV}, on {device}", "",
+        f"{steps:,} env steps per member (or {size['pbt_seconds']:g} s), PPO's MinAtar preset, "
+        "the members on one engine (`--engine shared`). The last column is the population's "
+        f"wall time over one member's at the same steps per member (goal: {n} members within "
+        "1.5x):", "",
+        *[f"- `onebox {' '.join(args)}`" for args in cases.values()], "",
+        table(header, rows),
+    ])  # fmt: skip
+
+
 # ---- learn: PPO on Pong to 20 -------------------------------------------------------------------
 
 
@@ -121,5 +181,5 @@ def part_learn(config: GpuBenchConfig, device: torch.device, size: dict, out: Pa
     return "\n".join(lines)
 
 
-PART_FNS = {"offpolicy": part_offpolicy, "learn": part_learn}
+PART_FNS = {"offpolicy": part_offpolicy, "pbt": part_pbt, "learn": part_learn}
 """The parts of this module, by name."""

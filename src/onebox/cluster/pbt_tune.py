@@ -105,6 +105,11 @@ class Member:
         return self.trainer
 
     def step(self) -> dict[str, Any]:
+        """Train to the next ready point; the row reported (and appended to the member's
+        `member-K.jsonl`): steps, objective, episodes, hyperparameters, the learner's state
+        hash, the Ray node that ran it, and after a restore whose state it loaded."""
+        import ray
+
         trainer = self.trainer if self.trainer is not None and self.pending is None else (
             self._ready())  # fmt: skip
         ready = self.pbt.ready
@@ -121,7 +126,8 @@ class Member:
         row = {"env_steps": trainer.global_step, "objective": score,
                "episode_returns": returns, "episode_lengths": lengths,
                "hyperparams": trainer.hp.base(),
-               "state_hash": state_hash(trainer.learner.state_dict()), **self.restored}  # fmt: skip
+               "state_hash": state_hash(trainer.learner.state_dict()),
+               "node": ray.get_runtime_context().get_node_id(), **self.restored}  # fmt: skip
         with open(Path(self.config["rows"]) / f"member-{self.index}.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         self.restored = {}

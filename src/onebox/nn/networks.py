@@ -287,10 +287,10 @@ class ActorCritic(nn.Module):
 
         Returns the distributions and values of all T * envs steps (time-major, flattened) and
         the state after step T-1. Feed-forward nets ignore `starts` and `state`."""
-        out, v, state = self._unroll_heads(obs, starts, state)
+        out, v, state = self.unroll_outputs(obs, starts, state)
         return self.distribution(out), v, state
 
-    def _unroll_heads(
+    def unroll_outputs(
         self, obs: torch.Tensor, starts: torch.Tensor | None, state: State | None
     ) -> tuple[torch.Tensor, torch.Tensor, State | None]:
         """`unroll` with the actor head's output in place of the distributions."""
@@ -329,7 +329,7 @@ class ActorCritic(nn.Module):
 
         `starts` (envs,) marks envs whose observation begins an episode (None: none do)."""
         starts = None if starts is None else starts.reshape(1, -1)
-        out, value, state = self._unroll_heads(obs.unsqueeze(0), starts, state)
+        out, value, state = self.unroll_outputs(obs.unsqueeze(0), starts, state)
         return (*self.sample(out, deterministic), value, state)
 
     def sample(

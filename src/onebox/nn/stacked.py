@@ -1,11 +1,15 @@
-"""Several feed-forward actor-critics of one architecture acting as one policy: their parameters
-stacked (`torch.func.stack_module_state`, a leading net axis on every tensor) and one vmapped
-forward pass (`torch.func.vmap` over `functional_call`) computing every net's outputs for its
-own envs at once, where one call per net would launch each layer's kernels once per net.
+"""Several feed-forward actor-critics of one architecture computed as one: their parameters
+stacked (a leading net axis on every tensor) and one vmapped forward pass (`torch.func.vmap`
+over `functional_call`) giving every net's outputs for its own rows at once, where one call per
+net would launch each layer's kernels once per net.
+
+`StackedNets` is that forward. Its `weights()` stack the nets' current parameters with
+`torch.stack`, so a loss of the stacked outputs sends each net's gradients to its own
+parameters (a population's batched update, `onebox.algos.ppo.update_together`).
 
 `StackedPolicy` is the sampler's routed policy (`onebox.sampling.sampler.RoutedPolicy`) for a
 population whose members share one env pool (`onebox.pbt.shared`): net k acts for envs
-`k * envs_per_net` to `(k + 1) * envs_per_net - 1`. The stack is a copy: `refresh()` takes the
+`k * envs_per_net` to `(k + 1) * envs_per_net - 1`. Its stack is a copy: `refresh()` takes the
 nets' current weights (after their updates, before the next rollout). Discrete actions only
 (a Gaussian's standard deviation is a parameter of each net: drawn net by net it would need a
 stacked sample too).
@@ -24,6 +28,9 @@ from torch import nn
 
 from onebox.nn.networks import ActorCritic
 
+Weights = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]
+"""Stacked parameters and buffers, by name (`StackedNets.weights`)."""
+
 
 class _Heads(nn.Module):
     """A net's `outputs` as its forward (what `functional_call` calls)."""
@@ -34,6 +41,42 @@ class _Heads(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.net.outputs(obs)
+
+
+class StackedNets:
+    """`nets` (feed-forward `ActorCritic`s of one architecture) as one forward over a leading
+    net axis (see the module's docstring)."""
+
+    def __init__(self, nets: Sequence[ActorCritic]) -> None:
+        if any(net.recurrent for net in nets):
+            raise ValueError(
+                "stacked nets are feed-forward (a recurrent core's state is not stacked)"
+            )
+        self.nets = list(nets)
+        self._base = _Heads(copy.deepcopy(self.nets[0]).to("meta"))
+        heads = [_Heads(net) for net in self.nets]  # the nets' own tensors, under `_base`'s names
+        self._params = [dict(h.named_parameters()) for h in heads]
+        self._buffers = [dict(h.named_buffers()) for h in heads]
+
+        def forward(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                    obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+            return torch.func.functional_call(self._base, (params, buffers), (obs,))
+
+        self._forward = torch.func.vmap(forward)
+
+    def weights(self) -> Weights:
+        """The nets' current parameters and buffers, each stacked along a new first axis
+        (`torch.stack`: differentiable into each net's own parameters; a copy)."""
+
+        def stack(named: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+            return {name: torch.stack([n[name] for n in named]) for name in named[0]}
+
+        return stack(self._params), stack(self._buffers)
+
+    def __call__(self, weights: Weights, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every net's (actor head output, value) on its own rows: `obs` (nets, rows, ...) ->
+        (nets, rows, ...) and (nets, rows)."""
+        return self._forward(*weights, obs)
 
 
 class StackedPolicy:
@@ -53,21 +96,14 @@ class StackedPolicy:
             raise ValueError("a stacked policy takes feed-forward nets with discrete actions")
         self.nets, self.envs, self.autocast = list(nets), envs_per_net, autocast
         self.num_envs = len(self.nets) * envs_per_net
-        self._base = _Heads(copy.deepcopy(self.nets[0]).to("meta"))
-
-        def heads(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
-                  obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-            return torch.func.functional_call(self._base, (params, buffers), (obs,))
-
-        self._heads = torch.func.vmap(heads)
+        self.stacked = StackedNets(self.nets)
         self._every = np.arange(self.num_envs)
         self.refresh()
 
+    @torch.no_grad()
     def refresh(self) -> None:
         """Stack the nets' current weights."""
-        self.params, self.buffers = torch.func.stack_module_state(
-            [_Heads(net) for net in self.nets]
-        )
+        self.weights = self.stacked.weights()
 
     def _all(self, ids: np.ndarray) -> bool:
         """Whether `ids` are every env, in order."""
@@ -77,8 +113,8 @@ class StackedPolicy:
         """Every net's (actor head output, value) for its envs' rows of `obs` (all envs), as
         (num_envs, ...) and (num_envs,)."""
         with self.autocast():
-            out, value = self._heads(self.params, self.buffers,
-                                     obs.view(len(self.nets), self.envs, *obs.shape[1:]))  # fmt: skip
+            out, value = self.stacked(self.weights,
+                                      obs.view(len(self.nets), self.envs, *obs.shape[1:]))  # fmt: skip
         return out.flatten(0, 1), value.flatten()
 
     @torch.no_grad()

@@ -55,6 +55,13 @@ class PopulationFields:
     member updating on its share (PPO and A2C with feed-forward networks, discrete actions, the
     sync sampler, no --compile, no normalizers); `own`, each member its own pools and network
     calls; `auto`, shared where it fits, else own (the run's log says which and why)."""
+    updates: Literal["auto", "batched", "separate"] = "auto"
+    """How the members of a shared engine update (`--engine shared`): `batched`, one stacked
+    forward and backward pass of every member's minibatch at once, each member stepping its
+    own optimizer after it (PPO, `onebox.algos.ppo.update_together`); `separate`, each member
+    its own update, `--workers` of them at once; `auto`, batched on a GPU and separate on the
+    CPU, where the batched pass measured 1.8x slower (vmapped convolutions run grouped,
+    docs/benchmarks.md). The run's log says which."""
     workers: int | None = None
     """Threads that step the members, each its share of them, all at once: a small network's
     learner keeps about one core busy, a population as many as it has workers (default: the

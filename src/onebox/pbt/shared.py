@@ -2,15 +2,18 @@
 in one env pool, stepped together, and one batched forward pass choosing all their actions
 (`onebox.nn.stacked.StackedPolicy`: the members' networks stacked, one vmapped call); each
 member then updates on its own share of the rollout, exactly the share its own sampler would
-have given it (its envs, their episodes), so a member is still a run of its learner.
+have given it (its envs, their episodes), so a member is still a run of its learner. Where the
+learner has a batched update (`update_together`: PPO's), the members' updates are one too: one
+stacked forward and backward per minibatch, each member's own optimizer step after it.
 
     one pool of N x E envs --> Sampler(StackedPolicy of the N nets) --> rollout (T, N x E)
                                                                       |-> member k: envs kE..(k+1)E-1
 
-The members step in lockstep: `collect` plays one rollout for all, then each member's step
-takes its share (`SharedLane`, the trainer's `Lane`) and updates; a member that asks for a
-share twice before the next `collect` is an error, not a stale rollout. Member k's envs are
-seeded as its own pool would be (the seeds its trainer took from the run's `EnvSeeds`).
+The members step in lockstep: `advance` plays one rollout for all (and makes their batched
+update), then each member's step takes its share (`SharedLane`, the trainer's `Lane`) and its
+update's stats (or updates on it); a member that asks for a share twice before the next
+`advance` is an error, not a stale rollout. Member k's envs are seeded as its own pool would
+be (the seeds its trainer took from the run's `EnvSeeds`).
 
 What fits (`unfit` says why not): the on-policy actor-critics (PPO, A2C) with feed-forward
 networks, discrete actions, the sync sampler, no `--compile` and no observation or reward
@@ -26,6 +29,7 @@ import torch
 from gymnasium import spaces
 
 import onebox.envs
+from onebox.algos import driver
 from onebox.algos.common import parse_env_options
 from onebox.algos.onpolicy import ActorCriticLearner, OnPolicyTrainer
 from onebox.algos.trainer import Trainer
@@ -73,10 +77,17 @@ class SharedEnvs:
         self.seeds: dict[int, int] = {}  # each lane's first env seed, as its trainer took them
         self.rollout: Rollout | None = None
         self.fresh: set[int] = set()  # the lanes whose share of `rollout` is still to be taken
+        self.members: list[Trainer] = []
+        self.batched = False
+        """Whether the members update together (`--updates batched`, with the learner's
+        `update_together`)."""
+        self.learned: dict[int, dict[str, float]] = {}  # each lane's stats of the last `learn`
 
     def bind(self, members: list[Trainer]) -> None:
         """Act with the members' networks (member k's for lane k's envs)."""
         learner = members[0].learner
+        self.members = list(members)
+        self.batched = self.config.updates == "batched"
         self.policy = StackedPolicy([m.learner.net for m in members], self.envs,
                                     learner.accel.autocast)  # fmt: skip
         self.sampler = Sampler(self.pool, self.policy, self.config.num_steps,
@@ -91,24 +102,47 @@ class SharedEnvs:
                                      for i in range(self.envs)])  # fmt: skip
             self.seeds = {}
 
-    def collect(self) -> None:
-        """Play one rollout of every env with every member's current network."""
+    def advance(self) -> None:
+        """Play one rollout of every env with every member's current network; where the
+        members update together (`batched`), their update on it too (`learn`)."""
         assert self.sampler is not None and self.policy is not None
         self.policy.refresh()
         threads = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
             self.rollout = self.sampler.collect()
+            self.fresh = set(range(len(self.lanes)))
+            if self.batched:
+                self._learn_together()
         finally:
             torch.set_num_threads(threads)
-        self.fresh = set(range(len(self.lanes)))
+
+    def _learn_together(self) -> None:
+        """Every member's update on its share of the rollout, batched (the learner's
+        `update_together`: one stacked forward and backward per minibatch), each member's
+        schedules read at its progress first (`driver.schedule`, as its step would)."""
+        assert self.rollout is not None
+        for member in self.members:
+            driver.schedule(member)
+        learners = [m.learner for m in self.members]
+        shares = [self.rollout.envs(lane.first, lane.stop) for lane in self.lanes]
+        with self.timer("learn"), learners[0].autocast():
+            stats = learners[0].update_together(learners, shares)
+        self.learned = dict(enumerate(stats))
+
+    def learn(self, lane: int, rollout: Rollout) -> dict[str, float]:
+        """Lane `lane`'s update on its share `rollout`: its stats from the batched update of
+        the last `advance`, or (not `batched`) its own learner's update now."""
+        if not self.batched:
+            return self.members[lane].learner.update(rollout)
+        return self.learned.pop(lane)
 
     def share(self, lane: int) -> Rollout:
         """Lane `lane`'s envs of the last rollout (views)."""
         if lane not in self.fresh or self.rollout is None:
             raise RuntimeError(
-                f"member {lane} asked for a rollout before the shared engine collected one "
-                "(the members step in lockstep: collect, then one step each)"
+                f"member {lane} asked for a rollout before the shared engine played one "
+                "(the members step in lockstep: the engine's advance, then one step each)"
             )
         self.fresh.remove(lane)
         return self.rollout.envs(self.lanes[lane].first, self.lanes[lane].stop)
@@ -140,3 +174,6 @@ class SharedLane:
 
     def collect(self) -> Rollout:
         return self.shared.share(self.index)
+
+    def learn(self, rollout: Rollout) -> dict[str, float]:
+        return self.shared.learn(self.index, rollout)
