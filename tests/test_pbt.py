@@ -418,7 +418,7 @@ def test_updates_are_batched_where_asked_and_refused_where_there_is_no_batched_u
     `batched` on its members' own engines, or for A2C (no batched update): an error."""
     config = pbt_run.resolve(configs.PPO(**SMALL))  # type: ignore[arg-type]
     assert (config.engine, config.updates) == ("shared", "separate")
-    assert "measured 1.8x slower on the CPU" in pbt_run.population_note(config, {})
+    assert "measured 2x slower on a 2-core CPU" in pbt_run.population_note(config, {})
     config = pbt_run.resolve(configs.PPO(**SMALL, updates="batched"))  # type: ignore[arg-type]
     assert "(--updates batched)" in pbt_run.population_note(config, {})
     for learner, fields in (("ppo", {"engine": "own"}), ("a2c", {})):

@@ -60,7 +60,7 @@ class PopulationFields:
     forward and backward pass of every member's minibatch at once, each member stepping its
     own optimizer after it (PPO, `onebox.algos.ppo.update_together`); `separate`, each member
     its own update, `--workers` of them at once; `auto`, batched on a GPU and separate on the
-    CPU, where the batched pass measured 1.8x slower (vmapped convolutions run grouped,
+    CPU, where the batched pass measured 2x slower (vmapped convolutions run grouped,
     docs/benchmarks.md). The run's log says which."""
     workers: int | None = None
     """Threads that step the members, each its share of them, all at once: a small network's

@@ -259,7 +259,7 @@ def population_note(config: Any, space: dict[str, Range]) -> str:
         if config.updates == "batched":
             updates = "their updates batched: one stacked pass per minibatch (--updates batched)"
         else:
-            slower = "; batched, one stacked pass, measured 1.8x slower on the CPU"
+            slower = "; batched, one stacked pass, measured 2x slower on a 2-core CPU"
             updates = (f"their updates separate, on {threads} (--updates separate"
                        f"{slower if batchable else ''})")  # fmt: skip
         where = (f"in this process on one engine: one env pool of {config.population} x "
