@@ -11,7 +11,7 @@ import pytest
 
 import onebox.envs
 from onebox import cli
-from onebox.bench import common
+from onebox.bench import common, figures
 from onebox.bench import envs as bench_envs
 
 
@@ -133,6 +133,28 @@ def test_bench_envs_writes_its_section(tmp_path, capsys):
     assert "--peers onebox-sync" in text and "onebox sync" in text
     assert cli.main(argv) == 0
     assert doc.read_text().count("<!-- /bench:envs:CartPole-v1 -->") == 1
+    # beside the table: the run's numbers as JSON and the figure drawn from them
+    data = tmp_path / "figures" / "bench-envs-CartPole-v1.json"
+    bars = figures.load(data)
+    assert bars.groups == ["2 envs"] and list(bars.values) == ["onebox sync"]
+    assert bars.values["onebox sync"][0] > 0 and bars.unit == "env steps/s"
+    assert "![CartPole-v1: env steps/s" in doc.read_text()
+    assert "](figures/bench-envs-CartPole-v1.png)" in doc.read_text()
+    png = data.with_suffix(".png")
+    png.unlink()
+    assert figures.main([str(data)]) == 0 and png.stat().st_size > 1000  # redrawn from the data
+
+
+def test_figures_scale_and_check_their_bars(tmp_path) -> None:
+    """A log axis where the values span over 30x (a missing value left out), a linear one
+    otherwise; a series with a value too few or too many is an error naming it."""
+    spread = figures.Bars("t", "u", ["a", "b"], {"x": [1.0, 100.0], "y": [None, 2.0]})
+    assert spread.log
+    assert not figures.Bars("t", "u", ["a"], {"x": [10.0], "y": [200.0]}).log
+    with pytest.raises(ValueError, match="series 'y' has 1 values for 2 groups"):
+        figures.Bars("t", "u", ["a", "b"], {"x": [1.0, 2.0], "y": [1.0]})
+    path = figures.save(spread, tmp_path / "doc.md", "bench:x:A/B")
+    assert path == tmp_path / "figures" / "bench-x-A-B.png" and path.stat().st_size > 1000
 
 
 def test_unknown_env_is_an_error(capsys):

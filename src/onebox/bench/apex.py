@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from onebox.bench import common
+from onebox.bench import common, figures
 
 
 @dataclasses.dataclass
@@ -216,6 +216,8 @@ def run(config: ApexBenchConfig) -> int:
         ]
         key = f"bench:apex:{config.env}" + (":process" if config.process_actors else "")
         key += ":local" if config.inference == "local" else ""
-        path = common.write_section(config.output, key, "\n".join(lines))
+        bars = figures.Bars(f"Ape-X learner updates/s on {config.env}", "updates/s (median)",
+                            [config.env], {row[0]: [float(row[1])] for row in rows})  # fmt: skip
+        path = common.write_section(config.output, key, "\n".join(lines), bars)
         console.print(f"wrote the {config.env} section of {path}")
     return 0

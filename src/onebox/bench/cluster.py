@@ -20,7 +20,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from onebox.bench import common
+from onebox.bench import common, figures
 
 
 @dataclasses.dataclass
@@ -140,6 +140,10 @@ def run(config: RayBenchConfig) -> int:
             "",
             *common.provenance("onebox bench ray", config, ("numpy", "torch", "ray")),
         ]
-        path = common.write_section(config.output, f"bench:ray:{config.env}", "\n".join(lines))
+        bars = figures.Bars(f"IMPALA on {config.env}: actors in process vs on Ray hosts",
+                            "env steps/s (median)", [config.env],
+                            {row[0]: [float(row[1])] for row in rows})  # fmt: skip
+        path = common.write_section(config.output, f"bench:ray:{config.env}", "\n".join(lines),
+                                    bars)  # fmt: skip
         console.print(f"wrote the {config.env} section of {path}")
     return 0

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from onebox.bench import figures
+
 # ---- timing ------------------------------------------------------------------------------------
 
 
@@ -222,14 +224,21 @@ def markers(key: str) -> tuple[str, str]:
     return f"<!-- {key} -->", f"<!-- /{key} -->"
 
 
-def write_section(path: str | Path, key: str, body: str) -> Path:
-    """Put `body` between the markers of section `key` in the markdown file `path`.
+def write_section(
+    path: str | Path, key: str, body: str, figure: figures.Bars | None = None
+) -> Path:
+    """Put `body` between the markers of section `key` in the markdown file `path`; with a
+    `figure`, its numbers and its drawing beside the file (`figures.save`) and the drawing
+    shown at the section's end.
 
     An existing section is replaced, whatever it held, and nothing else in the file changes; a
     missing one is appended at the end (the file is created if need be). Writing the same body
     twice leaves the file as it was after the first write.
     """
     path = Path(path)
+    if figure is not None:
+        drawn = figures.save(figure, path, key)
+        body = f"{body.rstrip()}\n\n![{figure.title}]({figures.FOLDER}/{drawn.name})"
     start, end = markers(key)
     block = f"{start}\n{body.strip()}\n{end}"
     text = path.read_text() if path.exists() else ""

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from onebox.bench import common
+from onebox.bench import common, figures
 
 SHIM = """
 import os, runpy, sys
@@ -188,6 +188,10 @@ def run(config: DqnBenchConfig) -> int:
                 "onebox bench dqn", config, ("numpy", "torch", "gymnasium", "ale-py")
             ),
         ]
-        path = common.write_section(config.output, f"bench:dqn:{config.env}", "\n".join(lines))
+        bars = figures.Bars(f"DQN learning-phase SPS on {config.env}, {config.rounds} rounds",
+                            "env steps/s", [f"round {k + 1}" for k in range(config.rounds)],
+                            {"onebox dqn": list(ours), "CleanRL dqn_atari.py": list(theirs)})  # fmt: skip
+        path = common.write_section(config.output, f"bench:dqn:{config.env}", "\n".join(lines),
+                                    bars)  # fmt: skip
         console.print(f"wrote the {config.env} section of {path}")
     return 0

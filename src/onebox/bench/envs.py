@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from onebox.bench import atari_peers, common, process_peers
+from onebox.bench import atari_peers, common, figures, process_peers
 from onebox.bench.loops import (
     Loop,
     Task,
@@ -344,7 +344,7 @@ def run(config: EnvBenchConfig) -> int:
         command = common.command_line("onebox bench envs", config)
         body = markdown_section(config, header, rows, machine, command, common.now())
         key = section_key(config.env) + (f":{config.section}" if config.section else "")
-        path = common.write_section(config.output, key, body)
+        path = common.write_section(config.output, key, body, figure(title, results))
         console.print(f"wrote the {config.env} section of {path}")
     return 0
 
@@ -358,6 +358,15 @@ def _threads(n: int | None) -> str:
 
 def section_key(env_id: str) -> str:
     return f"bench:envs:{env_id}"
+
+
+def figure(title: str, results: list[Result]) -> figures.Bars:
+    """The run's steps/s per backend (bars) and number of envs (groups)."""
+    counts = list(dict.fromkeys(r.num_envs for r in results))
+    values: dict[str, list[float | None]] = {}
+    for r in results:
+        values.setdefault(r.peer.label, [None] * len(counts))[counts.index(r.num_envs)] = r.rate
+    return figures.Bars(title, "env steps/s", [f"{n} envs" for n in counts], values)
 
 
 def median_result(results: list[Result]) -> Result:

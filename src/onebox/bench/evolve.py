@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import onebox.envs
-from onebox.bench import common
+from onebox.bench import common, figures
 from onebox.evo.evaluator import EpisodeSeeds, PopulationEvaluator
 from onebox.nn.population import ConvImpl, PopulationNet, default_arch
 
@@ -301,8 +301,12 @@ def run(config: EvolveBenchConfig) -> int:
     rows = [["1 (one at a time)", common.format_rate(single), "-", "-", "1.00×", "-", "-", "-",
              "-", "-", "-"]]  # fmt: skip
     params, turns = 0, False
+    groups, population, env_only = ["1 (one at a time)"], [single], [None]
     for k in config.num_slots:
         r = population_rate(config, k)
+        groups.append(f"{k} slots")
+        population.append(r.frames)
+        env_only.append(r.env_only)
         params, turns = r.params, r.pool_turns
         rows.append(
             [
@@ -321,6 +325,9 @@ def run(config: EvolveBenchConfig) -> int:
         )
     rollout = rollout_rate(config)
     if rollout is not None:
+        groups.append("native rollout")
+        population.append(rollout)
+        env_only.append(None)
         rows.append(
             ["native rollout", common.format_rate(rollout), "-", "-",
              common.format_ratio(rollout / single), "-", "-", "-", "-", "-", "-"]
@@ -400,6 +407,8 @@ def run(config: EvolveBenchConfig) -> int:
             key += f":{config.dtype}"
         if config.episode_seeds != "pair":
             key += f":{config.episode_seeds}-seeds"
-        path = common.write_section(config.output, key, "\n".join(lines))
+        bars = figures.Bars(title, "frames/s", groups,
+                            {"population": population, "env only": env_only})  # fmt: skip
+        path = common.write_section(config.output, key, "\n".join(lines), bars)
         console.print(f"wrote the {config.env} section of {path}")
     return 0

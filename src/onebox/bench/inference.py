@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from onebox.bench import common
+from onebox.bench import common, figures
 from onebox.sampling.actor_client import ActorClient
 from onebox.sampling.inference import InferenceServer
 
@@ -269,6 +269,12 @@ def run(config: InferenceBenchConfig) -> int:
             "",
             *[f"- {k}: {v}" for k, v in machine.items()],
         ]
-        path = common.write_section(config.output, "bench:inference", "\n".join(lines))
+        groups = list(dict.fromkeys(f"{r.actors} actors" for r in results))
+        values: dict[str, list[float | None]] = {}
+        for r in results:
+            row = values.setdefault(f"{r.kind}, max batch {r.max_batch}", [None] * len(groups))
+            row[groups.index(f"{r.actors} actors")] = r.env_steps_per_s
+        bars = figures.Bars(title, "env steps/s", groups, values)
+        path = common.write_section(config.output, "bench:inference", "\n".join(lines), bars)
         console.print(f"wrote the inference section of {path}")
     return 0

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from onebox.bench import common
+from onebox.bench import common, figures
 from onebox.replay import ReplayBuffer
 
 ATARI_STACK = (4, 84, 84)
@@ -243,6 +243,8 @@ def run(config: ReplayBenchConfig) -> int:
             "",
             *[f"- {k}: {v}" for k, v in machine.items()],
         ]
-        path = common.write_section(config.output, "bench:replay", "\n".join(lines))
+        bars = figures.Bars(title, "per second (median)", ["insert rows", "sample+update"],
+                            {name: [ins[name], smp[name]] for name in ins})  # fmt: skip
+        path = common.write_section(config.output, "bench:replay", "\n".join(lines), bars)
         console.print(f"wrote the replay section of {path}")
     return 0

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from onebox.bench import common
+from onebox.bench import common, figures
 from onebox.nn.accel import AccelFields
 from onebox.sampling.actors import ACTOR_SECTIONS
 from onebox.sampling.inference import CALL_SECTIONS
@@ -236,6 +236,9 @@ def run(config: TrainBenchConfig) -> int:
                 "onebox bench train", config, ("numpy", "torch", "gymnasium", "ale-py")
             ),
         ]
-        path = common.write_section(config.output, f"bench:train:{config.env}", "\n".join(lines))
+        bars = figures.Bars(f"training throughput on {config.env}", "env steps/s", [config.env],
+                            {r.mode: [r.sps] for r in results})  # fmt: skip
+        path = common.write_section(config.output, f"bench:train:{config.env}", "\n".join(lines),
+                                    bars)  # fmt: skip
         console.print(f"wrote the {config.env} section of {path}")
     return 0
