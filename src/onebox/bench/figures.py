@@ -61,9 +61,12 @@ def slug(key: str) -> str:
 def save(bars: Bars, markdown: Path, key: str) -> Path:
     """Write `bars` as `figures/<key>.json` beside `markdown` and draw `figures/<key>.png`
     from that file; return the figure's path."""
-    folder = Path(markdown).parent / FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    data = folder / f"{slug(key)}.json"
+    return write(bars, Path(markdown).parent / FOLDER / f"{slug(key)}.json")
+
+
+def write(bars: Bars, data: Path) -> Path:
+    """Write `bars` to the JSON file `data` and draw its figure beside it; the figure's path."""
+    data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text(json.dumps(dataclasses.asdict(bars), indent=1) + "\n")
     return draw(data)
 
