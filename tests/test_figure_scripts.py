@@ -11,6 +11,7 @@ from types import ModuleType
 import pytest
 
 from onebox import cli
+from onebox.bench import figures
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -67,3 +68,15 @@ def test_learn_time_reads_a_runs_returns_from_its_events(populations) -> None:
     times, values = learn_time.returns(populations[1] / "members" / "0")
     assert values.size > 10 and (times[1:] >= times[:-1]).all()
     assert values.min() >= 1 and values.max() <= 500  # CartPole's returns
+
+
+def test_the_headline_figure_draws_from_the_two_measurements(tmp_path) -> None:
+    engine = figures.Bars("e", "env steps/s", ["8 envs", "64 envs"],
+                          {"onebox sync": [5e6, 2.4e7], "EnvPool async": [1.3e5, 4.8e5],
+                           "Gymnasium SyncVectorEnv": [1.5e5, None]})  # fmt: skip
+    learning = figures.Bars("l", "seconds", ["whole run", "to the goal"],
+                            {"onebox: PPO": [60.0, 20.0], "CleanRL: PPO": [300.0, 120.0]})  # fmt: skip
+    out = script("headline").draw(figures.write(engine, tmp_path / "e.json").with_suffix(".json"),
+                                  figures.write(learning, tmp_path / "l.json").with_suffix(".json"),
+                                  tmp_path / "headline.png")  # fmt: skip
+    assert out.stat().st_size > 10_000
