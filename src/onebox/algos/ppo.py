@@ -153,14 +153,14 @@ def resolve(config: Config) -> Config:
 
 def minibatches(
     config: Config, nets: Sequence[ActorCritic], batch: dict[str, torch.Tensor],
-    rollout: Rollout,
+    rollout: Rollout, stacked: StackedNets | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:  # fmt: skip
     """One epoch's minibatches of each net's own batch, in random order, each computed when
     reached (after the previous one's optimizer steps): (its rows, (nets, rows), of each net's
     flattened (T * E) rollout; the nets' actor head outputs and values on them).
 
-    Feed-forward nets get random rows, each its own order (several: in one stacked forward,
-    `StackedNets`); a recurrent one (alone) groups of whole envs, replayed with
+    Feed-forward nets get random rows, each its own order (several: in one forward of their
+    `stacked` nets); a recurrent one (alone) groups of whole envs, replayed with
     `unroll_outputs` from `rollout`'s stored initial state and episode starts."""
     n = len(nets)
     if not nets[0].recurrent:
@@ -168,7 +168,6 @@ def minibatches(
         device = obs.device
         order = torch.stack([torch.randperm(config.batch_size, device=device) for _ in nets])
         own = torch.arange(n, device=device).unsqueeze(1)
-        stacked = StackedNets(nets) if n > 1 else None
         for start in range(0, config.batch_size, config.minibatch_size):
             mb = order[:, start : start + config.minibatch_size]
             if stacked is None:
@@ -193,11 +192,10 @@ def minibatches(
         yield (rows + envs).flatten().unsqueeze(0), out.unsqueeze(0), value.unsqueeze(0)
 
 
-def prepared(learner: PPO, rollout: Rollout) -> dict[str, torch.Tensor]:
-    """A rollout as PPO's update reads it, with the learner's discount and GAE lambda:
-    observations, actions, log-probabilities, values, advantages and returns, flattened to
-    (T * E, ...)."""
-    hp = learner.hp.values()
+def prepared(hp: dict[str, float], rollout: Rollout) -> dict[str, torch.Tensor]:
+    """A rollout as PPO's update reads it, with a learner's hyperparameters `hp` (its discount
+    and GAE lambda): observations, actions, log-probabilities, values, advantages and returns,
+    flattened to (T * E, ...)."""
     advantages, returns = gae(rollout.bootstrapped_rewards(hp["gamma"]), rollout.values,
                               rollout.ends, rollout.next_value, hp["gamma"], hp["gae_lambda"])  # fmt: skip
     return {"obs": rollout.obs.flatten(0, 1), "actions": rollout.actions.flatten(0, 1),
@@ -217,10 +215,12 @@ def update_together(learners: Sequence[PPO], rollouts: Sequence[Rollout]) -> lis
     if len(learners) > 1 and (nets[0].recurrent or not nets[0].discrete):
         raise ValueError("PPO updates several learners together with feed-forward nets and "
                          "discrete actions only")  # fmt: skip
-    each = [prepared(lr, r) for lr, r in zip(learners, rollouts, strict=True)]
+    hps = [lr.hp.values() for lr in learners]
+    each = [prepared(hp, r) for hp, r in zip(hps, rollouts, strict=True)]
     batch = {key: torch.stack([b[key] for b in each]) if len(each) > 1 else each[0][key][None]
              for key in each[0]}  # fmt: skip
-    hps = [lr.hp.values() for lr in learners]
+    grad_norms = [hp.get("max_grad_norm") for hp in hps]
+    stacked = StackedNets(nets) if len(nets) > 1 else None
 
     def column(name: str) -> torch.Tensor:
         return torch.tensor([hp[name] for hp in hps], device=device)
@@ -240,7 +240,7 @@ def update_together(learners: Sequence[PPO], rollouts: Sequence[Rollout]) -> lis
             stats[k] = {key: v[k] for key, v in table.items()}
 
     for _ in range(config.update_epochs):
-        for mb, out, new_value in minibatches(config, nets, batch, rollouts[0]):
+        for mb, out, new_value in minibatches(config, nets, batch, rollouts[0], stacked):
             part = {key: batch[key][own, mb] for key in batch if key != "obs"}
             dist = nets[0].distribution(out)
             logratio = nets[0].log_prob(dist, part["actions"]) - part["logprobs"]
@@ -262,7 +262,8 @@ def update_together(learners: Sequence[PPO], rollouts: Sequence[Rollout]) -> lis
                 v_loss = 0.5 * ((new_value - returns) ** 2).mean(-1)
             entropy_loss = nets[0].entropy(dist).mean(-1)
             loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
-            descend_together([learners[k] for k in active], loss[active])
+            descend_together([learners[k] for k in active], loss[active],
+                             [grad_norms[k] for k in active])  # fmt: skip
             losses.update({"losses/value_loss": v_loss.detach(),
                            "losses/policy_loss": pg_loss.detach(),
                            "losses/entropy": entropy_loss.detach()})  # fmt: skip
@@ -278,15 +279,18 @@ def update_together(learners: Sequence[PPO], rollouts: Sequence[Rollout]) -> lis
             for k in range(len(learners))]  # fmt: skip
 
 
-def descend_together(learners: Sequence[Learner], losses: torch.Tensor) -> None:
+def descend_together(
+    learners: Sequence[Learner], losses: torch.Tensor, max_grad_norms: Sequence[float | None]
+) -> None:
     """One optimizer step of each of `learners` down its own loss, `losses[i]` for learner i:
     one backward pass of their sum (their parameters apart, each gets its own gradients), then
-    each learner's clipped step (`Learner.apply_gradients`)."""
+    each learner's step, its gradients clipped to its `max_grad_norms[i]`
+    (`Learner.apply_gradients`)."""
     for lr in learners:
         lr.optimizer.zero_grad()
     losses.sum().backward()
-    for lr in learners:
-        lr.apply_gradients(lr.hp.values().get("max_grad_norm"))
+    for lr, max_grad_norm in zip(learners, max_grad_norms, strict=True):
+        lr.apply_gradients(max_grad_norm)
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
