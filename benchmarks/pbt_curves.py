@@ -8,9 +8,9 @@ their spread shaded, PPO's preset rows marked).
         --out docs/figures/pbt-minatar.png
 
 A run's best member is the one whose last 100 training episodes have the highest mean (as the
-table in docs/results.md ranks them). Its curve is, for PBT, its ancestral curve (its own
-episodes since its last copy, before that its parent's, back to step 0: `onebox.pbt.plots`);
-for random search (`--selection none`: no copies), its own episodes. `extract` appends one row
+table in docs/results.md ranks them). Its curve is its ancestral curve (its own episodes since
+its last copy, before that its parent's, back to step 0: `onebox.pbt.plots.ancestral`); with
+random search (`--selection none`: no copies) that is its own episodes. `extract` appends one row
 per run and bin of env steps: the mean return of the curve's episodes that ended in the bin.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from onebox.pbt.plots import LINEAGE_FILE, ancestry
+from onebox.pbt.plots import LINEAGE_FILE, ancestral
 from onebox.run import load_config
 from onebox.run.logger import CSV_FILE, RETURN_TAG
 from onebox.run.plots import read_scalars
@@ -46,15 +46,8 @@ def best_curve(run: Path) -> tuple[dict[str, object], np.ndarray, np.ndarray]:
     n = int(members.max()) + 1
     finals = [returns[members == m][-LAST:].mean() for m in range(n)]
     best = int(np.argmax(finals))
-    end = int(steps.max())
-    if config.selection == "none":
-        segments = [(best, 0, end)]
-    else:
-        events = json.loads((run / LINEAGE_FILE).read_text())["events"]
-        segments = ancestry(events, best, end)
-    mine = np.zeros(steps.size, bool)
-    for m, lo, hi in segments:
-        mine |= (members == m) & (steps > lo) & (steps <= hi)
+    events = json.loads((run / LINEAGE_FILE).read_text())["events"]  # no copies: its own
+    mine = ancestral(events, best, steps, members)
     info = {"game": config.env.removeprefix("MinAtar/").removesuffix("-v1"),
             "seed": config.seed, "method": "random" if config.selection == "none" else "pbt",
             "best": best, "final": round(float(finals[best]), 2)}  # fmt: skip

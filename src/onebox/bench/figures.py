@@ -17,7 +17,9 @@ import dataclasses
 import json
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 LOG_SPAN = 30.0
 """Largest over smallest measured value above which the value axis is logarithmic."""
@@ -81,25 +83,32 @@ def draw(data: Path) -> Path:
     from matplotlib.figure import Figure  # a bare Figure renders with Agg, no pyplot state
 
     bars = load(data)
-    series = list(bars.values)
-    width = 0.8 / max(1, len(series))
-    fig = Figure(figsize=(max(5.0, 1.2 + 0.5 * len(series) * len(bars.groups)), 3.6),
-                 layout="constrained")  # fmt: skip
+    width = max(5.0, 1.2 + 0.5 * len(bars.values) * len(bars.groups))
+    fig = Figure(figsize=(width, 3.6), layout="constrained")
     ax = fig.subplots()
-    for k, name in enumerate(series):
-        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(bars.groups))]
+    plot(ax, bars)
+    ax.set_title(bars.title, fontsize=9)
+    out = Path(data).with_suffix(".png")
+    fig.savefig(out, dpi=100)
+    return out
+
+
+def plot(ax: Any, bars: Bars, series: Sequence[str] | None = None) -> None:
+    """Draw `bars` (those of `series` that it has, in that order; default all) on the
+    matplotlib axes `ax`: a bar per series in each group, the value axis logarithmic where
+    `bars.log` says, a legend."""
+    names = [s for s in (series or bars.values) if s in bars.values]
+    width = 0.8 / max(1, len(names))
+    for k, name in enumerate(names):
+        xs = [i + (k - (len(names) - 1) / 2) * width for i in range(len(bars.groups))]
         heights = [v if v else 0.0 for v in bars.values[name]]
         ax.bar(xs, heights, width, label=name, color=f"C{k % 10}")
     if bars.log:
         ax.set_yscale("log")
     ax.set_xticks(range(len(bars.groups)), bars.groups)
     ax.set_ylabel(bars.unit + (" (log scale)" if bars.log else ""))
-    ax.set_title(bars.title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncols=2 if len(series) > 6 else 1)
-    out = Path(data).with_suffix(".png")
-    fig.savefig(out, dpi=100)
-    return out
+    ax.legend(fontsize=7, ncols=2 if len(names) > 6 else 1)
 
 
 def main(argv: list[str]) -> int:

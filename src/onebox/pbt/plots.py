@@ -40,6 +40,17 @@ def ancestry(events: list[dict[str, Any]], member: int, end: int) -> list[tuple[
         member, end, index = events[k]["parent"], start, k
 
 
+def ancestral(
+    events: list[dict[str, Any]], member: int, steps: np.ndarray, members: np.ndarray
+) -> np.ndarray:
+    """Which of a population's rows (their `steps` and `members`, in time order) make
+    `member`'s ancestral curve up to the last step (`ancestry`'s segments)."""
+    line = np.zeros(steps.size, bool)
+    for m, lo, hi in ancestry(events, member, int(steps.max()) if steps.size else 0):
+        line |= (members == m) & (steps > lo) & (steps <= hi)
+    return line
+
+
 def plot_population(run_dir: Path, best: int) -> list[Path]:
     """Draw the three plots of the run in `run_dir` (`best`: the member ranked first); return
     their paths (none before any episode or lineage exists)."""
@@ -96,12 +107,8 @@ def plot_population(run_dir: Path, best: int) -> list[Path]:
             if mine.any():
                 smooth = moving_average(returns[mine], max(1, min(50, mine.sum() // 10)))
                 ax.plot(steps[mine], smooth, color=colors[m], alpha=0.3, linewidth=1)
-        xs, ys = [], []
-        for m, lo, hi in ancestry(events, best, end):
-            mine = (members == m) & (steps > lo) & (steps <= hi)
-            xs.append(steps[mine])
-            ys.append(returns[mine])
-        x, y = np.concatenate(xs), np.concatenate(ys)
+        line = ancestral(events, best, steps, members)
+        x, y = steps[line], returns[line]
         if y.size:
             ax.plot(x, moving_average(y, max(1, min(50, y.size // 10))), color="black",
                     linewidth=2, label=f"best member ({best}) and its ancestors")  # fmt: skip
